@@ -1,0 +1,3 @@
+module github.com/ferrylabs/ferry
+
+go 1.26.8

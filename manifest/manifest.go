@@ -1,0 +1,140 @@
+// Package manifest defines ferry's remote format: the commit manifest that
+// makes a checkpoint step exist remotely, the object keys under a prefix, and
+// the strict validation a reader applies before trusting a manifest.
+//
+// Layout under a prefix P (all keys slash-separated):
+//
+//	P/manifests/<inv>-<step>.json   committed manifest of a step
+//	P/data/<step>/<attempt>/<path>  file objects written by one push attempt
+//
+// <step> is the step zero-padded to 12 digits and <inv> is 999999999999-step,
+// zero-padded likewise, so manifest keys list newest first: finding the
+// latest committed step is one LIST request for one key, however long the
+// history. The step is also in the manifest itself, and readers check the two
+// agree.
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// FormatVersion is the version this package writes. Readers accept any
+// 1.x and reject other major versions.
+const FormatVersion = "1.0"
+
+// MaxStep is the largest step number the key layout can represent.
+const MaxStep = 999_999_999_999
+
+// MaxManifestSize bounds how many bytes a reader accepts for one manifest.
+const MaxManifestSize = 64 << 20
+
+// Manifest is the commit record of one checkpoint step.
+type Manifest struct {
+	// Format is the format version, "major.minor".
+	Format string `json:"format"`
+	// Step is the training step this checkpoint belongs to.
+	Step int64 `json:"step"`
+	// Created is when the manifest was written (UTC).
+	Created time.Time `json:"created"`
+	// Files lists every regular file of the checkpoint.
+	Files []File `json:"files"`
+	// Symlinks lists links inside the checkpoint that point inside it.
+	Symlinks []Symlink `json:"symlinks,omitempty"`
+}
+
+// File is one regular file of a checkpoint and the object holding its bytes.
+type File struct {
+	// Path is relative to the checkpoint root, slash-separated.
+	Path string `json:"path"`
+	// Size in bytes.
+	Size int64 `json:"size"`
+	// BLAKE3 is the lower-case hex BLAKE3-256 of the content, as b3sum prints it.
+	BLAKE3 string `json:"blake3"`
+	// Key is the full object key in the bucket.
+	Key string `json:"key"`
+	// PartSize is the multipart part size the object was uploaded with, or 0
+	// for a single PUT.
+	PartSize int64 `json:"part_size"`
+	// Rank is the training rank the file belongs to, when the layout says;
+	// nil for files shared by all ranks.
+	Rank *int `json:"rank,omitempty"`
+}
+
+// Symlink is a symbolic link inside the checkpoint.
+type Symlink struct {
+	// Path of the link, relative to the checkpoint root.
+	Path string `json:"path"`
+	// Target as stored in the link, relative to the link's directory.
+	Target string `json:"target"`
+}
+
+// TotalBytes returns the sum of all file sizes.
+func (m *Manifest) TotalBytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// Encode returns the manifest as indented JSON with a trailing newline.
+func Encode(m *Manifest) ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Decode parses and validates a manifest read from r. prefix is the prefix
+// the manifest was read under: every file key must lie inside it. Unknown
+// fields are ignored (forward compatibility within a major version); an
+// unknown major version is rejected.
+func Decode(r io.Reader, prefix string) (*Manifest, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxManifestSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	if len(data) > MaxManifestSize {
+		return nil, fmt.Errorf("manifest larger than %d bytes", MaxManifestSize)
+	}
+	return DecodeBytes(data, prefix)
+}
+
+// DecodeBytes is Decode over a byte slice.
+func DecodeBytes(data []byte, prefix string) (*Manifest, error) {
+	var probe struct {
+		Format string `json:"format"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("manifest is not valid JSON: %w", err)
+	}
+	if err := checkFormat(probe.Format); err != nil {
+		return nil, err
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("manifest is not valid JSON: %w", err)
+	}
+	if err := Validate(&m, prefix); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func checkFormat(v string) error {
+	major, _, _ := strings.Cut(v, ".")
+	if v == "" {
+		return fmt.Errorf("manifest field format: missing")
+	}
+	if major != "1" {
+		return fmt.Errorf("manifest field format: version %q not supported (this ferry reads 1.x; upgrade ferry)", v)
+	}
+	return nil
+}

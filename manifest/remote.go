@@ -1,0 +1,142 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ferrylabs/ferry/internal/store"
+)
+
+// ErrNoCheckpoint is returned when no committed manifest exists (for the
+// prefix, or for the step asked for).
+var ErrNoCheckpoint = errors.New("no committed checkpoint found")
+
+// ErrConflict is returned by Commit when the step is already committed with
+// different content.
+var ErrConflict = errors.New("step already committed with different content")
+
+// Commit writes m as the committed manifest of its step with a create-only
+// conditional PUT. If the step is already committed with the same content
+// (same files, sizes and hashes, same symlinks) it returns the existing
+// manifest and committed=false; with different content it returns
+// ErrConflict and changes nothing.
+func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (existing *Manifest, committed bool, err error) {
+	if err := Validate(m, prefix); err != nil {
+		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
+	}
+	data, err := Encode(m)
+	if err != nil {
+		return nil, false, err
+	}
+	key := ManifestKey(prefix, m.Step)
+	_, err = st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
+		IfNoneMatch: true,
+		CRC32C:      store.CRC32C(data),
+		ContentType: "application/json",
+	})
+	if err == nil {
+		return m, true, nil
+	}
+	if !errors.Is(err, store.ErrPreconditionFailed) {
+		return nil, false, fmt.Errorf("commit step %d: write manifest %s: %w", m.Step, key, err)
+	}
+	prev, err := Get(ctx, st, prefix, m.Step)
+	if err != nil {
+		return nil, false, fmt.Errorf("commit step %d: read the manifest already there: %w", m.Step, err)
+	}
+	if !SameContent(prev, m) {
+		return prev, false, fmt.Errorf("commit step %d: %w (compare with `ferry show --step %d`)", m.Step, ErrConflict, m.Step)
+	}
+	return prev, false, nil
+}
+
+// SameContent reports whether two manifests describe the same checkpoint:
+// the same file paths, sizes and hashes and the same symlinks. Object keys,
+// part sizes and creation times may differ.
+func SameContent(a, b *Manifest) bool {
+	if a.Step != b.Step || len(a.Files) != len(b.Files) || len(a.Symlinks) != len(b.Symlinks) {
+		return false
+	}
+	files := make(map[string]File, len(a.Files))
+	for _, f := range a.Files {
+		files[f.Path] = f
+	}
+	for _, f := range b.Files {
+		o, ok := files[f.Path]
+		if !ok || o.Size != f.Size || o.BLAKE3 != f.BLAKE3 {
+			return false
+		}
+	}
+	links := make(map[string]string, len(a.Symlinks))
+	for _, s := range a.Symlinks {
+		links[s.Path] = s.Target
+	}
+	for _, s := range b.Symlinks {
+		if t, ok := links[s.Path]; !ok || t != s.Target {
+			return false
+		}
+	}
+	return true
+}
+
+// Get reads and validates the committed manifest of a step. It returns
+// ErrNoCheckpoint if the step is not committed.
+func Get(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
+	key := ManifestKey(prefix, step)
+	rc, err := st.Get(ctx, key, 0, -1)
+	if errors.Is(err, store.ErrNotExist) {
+		return nil, fmt.Errorf("step %d: %w", step, ErrNoCheckpoint)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", key, err)
+	}
+	defer rc.Close()
+	m, err := Decode(rc, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", key, err)
+	}
+	if m.Step != step {
+		return nil, fmt.Errorf("manifest %s: field step is %d, but its key says %d", key, m.Step, step)
+	}
+	return m, nil
+}
+
+// Steps lists committed steps, newest first. limit > 0 stops after that many.
+func Steps(ctx context.Context, st store.Store, prefix string, limit int) ([]int64, error) {
+	var steps []int64
+	err := st.List(ctx, ManifestsPrefix(prefix), "", limit, func(o store.ObjectInfo) error {
+		if step, ok := StepFromManifestKey(prefix, o.Key); ok {
+			steps = append(steps, step)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list manifests under %s: %w", ManifestsPrefix(prefix), err)
+	}
+	return steps, nil
+}
+
+// LatestStep returns the highest committed step with one listing request, or
+// ErrNoCheckpoint.
+func LatestStep(ctx context.Context, st store.Store, prefix string) (int64, error) {
+	steps, err := Steps(ctx, st, prefix, 1)
+	if err != nil {
+		return 0, err
+	}
+	if len(steps) == 0 {
+		return 0, ErrNoCheckpoint
+	}
+	return steps[0], nil
+}
+
+// Latest reads the manifest of the highest committed step, or returns
+// ErrNoCheckpoint.
+func Latest(ctx context.Context, st store.Store, prefix string) (*Manifest, error) {
+	step, err := LatestStep(ctx, st, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return Get(ctx, st, prefix, step)
+}
