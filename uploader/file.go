@@ -1,0 +1,286 @@
+package uploader
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/zeebo/blake3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+
+// uploadFile uploads one file, with a single PUT or as a multipart upload,
+// and returns its manifest entry. Part requests run on g so that they share
+// the uploader's concurrency with every other file.
+func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (manifest.File, error) {
+	stamp, err := statFile(f.LocalPath)
+	if err != nil {
+		return manifest.File{}, fmt.Errorf("stat: %w", err)
+	}
+	fh, err := os.Open(f.LocalPath)
+	if err != nil {
+		return manifest.File{}, fmt.Errorf("open: %w", err)
+	}
+	defer fh.Close()
+	mf := manifest.File{Path: f.RelPath, Size: stamp.Size, Key: f.Key, Rank: f.Rank}
+	if done, ok := u.alreadyDone(ctx, f, stamp); ok {
+		mf.BLAKE3, mf.PartSize = done.BLAKE3, done.PartSize
+		return mf, nil
+	}
+	if stamp.Size <= u.singlePutLimit() {
+		mf.BLAKE3, err = u.putWhole(ctx, fh, f, stamp)
+	} else {
+		mf.PartSize = PartSizeFor(stamp.Size, u.opts.PartSize)
+		mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize)
+	}
+	if err != nil {
+		return manifest.File{}, err
+	}
+	u.stats.objects.Add(1)
+	if u.opts.State != nil {
+		if err := u.opts.State.Finish(f.Key, DoneObject{Stamp: stamp, BLAKE3: mf.BLAKE3, PartSize: mf.PartSize}); err != nil {
+			return manifest.File{}, fmt.Errorf("record finished object: %w", err)
+		}
+	}
+	return mf, nil
+}
+
+// alreadyDone reports whether State records f as already written whole, for
+// this exact file content, and the object is still there with its size.
+func (u *Uploader) alreadyDone(ctx context.Context, f File, stamp fileStamp) (DoneObject, bool) {
+	if u.opts.State == nil {
+		return DoneObject{}, false
+	}
+	done, ok := u.opts.State.GetDone(f.Key)
+	if !ok || done.Stamp != stamp {
+		return DoneObject{}, false
+	}
+	info, err := u.opts.Store.Head(ctx, f.Key)
+	if err != nil || info.Size != stamp.Size {
+		return DoneObject{}, false
+	}
+	u.opts.Logger.Debug("object already uploaded by an earlier run", zap.String("file", f.RelPath))
+	return done, true
+}
+
+// putWhole hashes a small file and sends it with one PUT.
+func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp fileStamp) (string, error) {
+	h := blake3.New()
+	var crc uint32
+	if err := u.hashRange(ctx, fh, 0, stamp.Size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
+		return "", err
+	}
+	if err := u.acquire(ctx); err != nil {
+		return "", err
+	}
+	if err := u.sendHeld(ctx, stamp.Size, func() error {
+		_, err := u.opts.Store.Put(ctx, f.Key, io.NewSectionReader(fh, 0, stamp.Size), stamp.Size,
+			store.PutOptions{CRC32C: store.EncodeCRC32C(crc)})
+		return err
+	}); err != nil {
+		return "", u.explain(f, stamp, fmt.Errorf("put object: %w", err))
+	}
+	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sendHeld runs one request in the concurrency slot the caller acquired,
+// after the bandwidth throttle, accounts its bytes and releases the slot.
+func (u *Uploader) sendHeld(ctx context.Context, n int64, req func() error) error {
+	defer u.release()
+	if u.opts.Throttle != nil {
+		if err := u.opts.Throttle(ctx, n); err != nil {
+			return err
+		}
+	}
+	if err := req(); err != nil {
+		return err
+	}
+	u.stats.sent.Add(n)
+	if u.opts.OnSent != nil {
+		u.opts.OnSent(n)
+	}
+	return nil
+}
+
+// explain turns a failed request into ErrFileChanged when the file changed
+// under us, since that is the cause worth reporting (the server rejects a
+// body whose CRC32C no longer matches).
+func (u *Uploader) explain(f File, stamp fileStamp, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	if cerr := checkUnchanged(f.LocalPath, stamp); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// hashRange reads [off, off+n) of fh sequentially into h and onBlock.
+func (u *Uploader) hashRange(ctx context.Context, fh *os.File, off, n int64, h *blake3.Hasher, onBlock func([]byte)) error {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for n > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		chunk := buf
+		if int64(len(chunk)) > n {
+			chunk = chunk[:n]
+		}
+		r, err := fh.ReadAt(chunk, off)
+		if r < len(chunk) {
+			if err == nil || err == io.EOF {
+				err = fmt.Errorf("%w: file shrank while being read", ErrFileChanged)
+			}
+			return fmt.Errorf("read at %d: %w", off, err)
+		}
+		h.Write(chunk)
+		onBlock(chunk)
+		off += int64(r)
+		n -= int64(r)
+		u.stats.hashed.Add(int64(r))
+		if u.opts.OnHashed != nil {
+			u.opts.OnHashed(int64(r))
+		}
+	}
+	return nil
+}
+
+// putMultipart hashes the file part by part and uploads each part as soon as
+// its CRC32C is known, resuming an upload recorded in State if there is one.
+func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.File, f File, stamp fileStamp, partSize int64) (string, error) {
+	up, held, err := u.openUpload(ctx, f, stamp, partSize)
+	if err != nil {
+		return "", err
+	}
+	nparts := int32((stamp.Size + partSize - 1) / partSize)
+	parts := make([]store.Part, nparts)
+	var pg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	h := blake3.New()
+	for i := int32(0); i < nparts; i++ {
+		n := i + 1
+		off := int64(i) * partSize
+		size := min(partSize, stamp.Size-off)
+		var crc uint32
+		if err := u.hashRange(ctx, fh, off, size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
+			pg.Wait()
+			return "", err
+		}
+		sum := store.EncodeCRC32C(crc)
+		if p, ok := held[n]; ok && p.Size == size && p.CRC32C == sum {
+			parts[i] = p
+			u.stats.resumed.Add(1)
+			continue
+		}
+		mu.Lock()
+		stop := firstErr
+		mu.Unlock()
+		if stop != nil {
+			break
+		}
+		// The hasher takes the slot and hands it to the request, so it never
+		// runs more than one part ahead of the sends.
+		if err := u.acquire(ctx); err != nil {
+			fail(err)
+			break
+		}
+		pg.Add(1)
+		g.Go(func() error {
+			defer pg.Done()
+			err := u.sendHeld(ctx, size, func() error {
+				p, err := u.opts.Store.UploadPart(ctx, f.Key, up.UploadID, n, io.NewSectionReader(fh, off, size), size, sum)
+				if err != nil {
+					return err
+				}
+				p.Size = size
+				parts[n-1] = p
+				return nil
+			})
+			if err != nil {
+				fail(u.explain(f, stamp, fmt.Errorf("upload part %d: %w", n, err)))
+			} else {
+				u.stats.parts.Add(1)
+			}
+			return nil
+		})
+	}
+	pg.Wait()
+	if firstErr != nil {
+		return "", firstErr
+	}
+	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+		return "", err
+	}
+	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, parts); err != nil {
+		return "", fmt.Errorf("complete multipart upload: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// openUpload returns the multipart upload to use for f: the one recorded in
+// State if it is still valid for this exact file content and part size (with
+// the parts the server already holds), or a new one.
+func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (Upload, map[int32]store.Part, error) {
+	if st := u.opts.State; st != nil {
+		if prev, ok := st.Get(f.Key); ok {
+			if prev.Stamp == stamp && prev.PartSize == partSize {
+				parts, err := u.opts.Store.ListParts(ctx, f.Key, prev.UploadID)
+				if err == nil {
+					held := make(map[int32]store.Part, len(parts))
+					for _, p := range parts {
+						held[p.Number] = p
+					}
+					u.opts.Logger.Info("resuming multipart upload", zap.String("file", f.RelPath), zap.Int("parts_held", len(parts)))
+					return prev, held, nil
+				}
+				if !errors.Is(err, store.ErrNotExist) {
+					return Upload{}, nil, fmt.Errorf("list parts of the upload being resumed: %w", err)
+				}
+				u.opts.Logger.Info("recorded multipart upload is gone; starting over", zap.String("file", f.RelPath))
+			} else {
+				// The file or part size changed since: the old parts are
+				// useless. Abort them so they stop costing storage.
+				if err := u.opts.Store.AbortMultipart(ctx, f.Key, prev.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
+					u.opts.Logger.Warn("could not abort a stale multipart upload", zap.String("key", f.Key), zap.Error(err))
+				}
+			}
+		}
+	}
+	id, err := u.opts.Store.CreateMultipart(ctx, f.Key)
+	if err != nil {
+		return Upload{}, nil, fmt.Errorf("create multipart upload: %w", err)
+	}
+	up := Upload{UploadID: id, PartSize: partSize, Stamp: stamp}
+	if u.opts.State != nil {
+		if err := u.opts.State.Put(f.Key, up); err != nil {
+			return Upload{}, nil, fmt.Errorf("record multipart upload: %w", err)
+		}
+	}
+	return up, nil, nil
+}

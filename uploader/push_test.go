@@ -1,0 +1,274 @@
+package uploader
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+const testPart = store.MinPartSize
+
+func writeRandom(t *testing.T, path string, size int64, seed int64) []byte {
+	t.Helper()
+	data := make([]byte, size)
+	rand.New(rand.NewSource(seed)).Read(data)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func b3(data []byte) string {
+	s := blake3.Sum256(data)
+	return hex.EncodeToString(s[:])
+}
+
+func readObject(t *testing.T, st store.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.Get(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func push(t *testing.T, st store.Store, dir string, step int64, stateDir string, mod func(*PushOptions)) (PushResult, error) {
+	t.Helper()
+	tree, err := Scan([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := PushOptions{
+		Upload:   Options{Store: st, PartSize: testPart, Concurrency: 4},
+		Location: "s3://bucket/run",
+		Prefix:   "run",
+		Step:     step,
+		Tree:     tree,
+		StateDir: stateDir,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	return Push(context.Background(), opts)
+}
+
+func TestPushRoundTripSizes(t *testing.T) {
+	sizes := map[string]int64{
+		"empty":      0,
+		"one":        1,
+		"part-1":     testPart - 1,
+		"part":       testPart,
+		"part+1":     testPart + 1,
+		"sub/many":   3*testPart + 12345,
+		"sub/d/tiny": 17,
+	}
+	dir := t.TempDir()
+	want := map[string][]byte{}
+	var seed int64
+	for name, size := range sizes {
+		seed++
+		want[name] = writeRandom(t, filepath.Join(dir, name), size, seed)
+	}
+	st := store.NewMemStore()
+	res, err := push(t, st, dir, 1000, t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	if !res.Committed {
+		t.Fatal("push did not commit")
+	}
+	m, err := manifest.Get(context.Background(), st, "run", 1000)
+	if err != nil {
+		t.Fatalf("read committed manifest: %v", err)
+	}
+	if len(m.Files) != len(sizes) {
+		t.Fatalf("manifest has %d files, want %d", len(m.Files), len(sizes))
+	}
+	for _, f := range m.Files {
+		data := want[f.Path]
+		if f.Size != int64(len(data)) || f.BLAKE3 != b3(data) {
+			t.Errorf("%s: manifest size %d hash %s, want %d %s", f.Path, f.Size, f.BLAKE3, len(data), b3(data))
+		}
+		if got := readObject(t, st, f.Key); !bytes.Equal(got, data) {
+			t.Errorf("%s: object bytes differ from the file", f.Path)
+		}
+		wantPart := int64(0)
+		if f.Size > testPart {
+			wantPart = testPart
+		}
+		if f.PartSize != wantPart {
+			t.Errorf("%s: part size %d, want %d", f.Path, f.PartSize, wantPart)
+		}
+	}
+}
+
+func TestPartSizeFor(t *testing.T) {
+	cases := []struct{ size, req, want int64 }{
+		{100, 64 << 20, 64 << 20},
+		{1 << 40, 64 << 20, 105 << 20}, // 1 TiB / 10,000 rounded up to a MiB
+		{100, 1, store.MinPartSize},
+		{5 << 40, 5 << 30, store.MaxPartSize},
+	}
+	for _, c := range cases {
+		got := PartSizeFor(c.size, c.req)
+		if got != c.want {
+			t.Errorf("PartSizeFor(%d, %d) = %d, want %d", c.size, c.req, got, c.want)
+		}
+		if (c.size+got-1)/got > store.MaxParts {
+			t.Errorf("PartSizeFor(%d, %d) = %d needs more than %d parts", c.size, c.req, got, store.MaxParts)
+		}
+	}
+}
+
+func TestPushResumesAfterFailure(t *testing.T) {
+	dir := t.TempDir()
+	big := writeRandom(t, filepath.Join(dir, "rank0.pt"), 6*testPart+99, 1)
+	small := writeRandom(t, filepath.Join(dir, "config.json"), 300, 2)
+	mem := store.NewMemStore()
+	var parts atomic.Int32
+	boom := errors.New("injected failure")
+	faulty := &store.Faulty{Inner: mem, Before: func(op, key string) error {
+		if op == "UploadPart" && parts.Add(1) > 3 {
+			return boom
+		}
+		return nil
+	}}
+	stateDir := t.TempDir()
+	_, err := push(t, faulty, dir, 7, stateDir, func(o *PushOptions) { o.Upload.Concurrency = 1 })
+	if !errors.Is(err, boom) {
+		t.Fatalf("first push: got %v, want the injected failure", err)
+	}
+	if _, err := manifest.Get(context.Background(), mem, "run", 7); !errors.Is(err, manifest.ErrNoCheckpoint) {
+		t.Fatalf("a failed push committed a manifest: %v", err)
+	}
+	faulty.Before = nil
+	before := faulty.Count("UploadPart")
+	res, err := push(t, faulty, dir, 7, stateDir, nil)
+	if err != nil {
+		t.Fatalf("resumed push: %v", err)
+	}
+	sentAgain := faulty.Count("UploadPart") - before
+	if sentAgain != 7-3 {
+		t.Errorf("resumed push sent %d parts, want %d (3 of 7 were already held)", sentAgain, 7-3)
+	}
+	if res.Stats.PartsResumed != 3 {
+		t.Errorf("PartsResumed = %d, want 3", res.Stats.PartsResumed)
+	}
+	m := res.Manifest
+	for _, f := range m.Files {
+		want := map[string][]byte{"rank0.pt": big, "config.json": small}[f.Path]
+		if got := readObject(t, mem, f.Key); !bytes.Equal(got, want) {
+			t.Errorf("%s: object differs from the file", f.Path)
+		}
+	}
+	if ents, _ := os.ReadDir(stateDir); len(ents) != 0 {
+		t.Errorf("state dir not cleaned after commit: %v", ents)
+	}
+}
+
+func TestPushIdempotentAndConflicting(t *testing.T) {
+	dir := t.TempDir()
+	writeRandom(t, filepath.Join(dir, "a.pt"), testPart+5, 1)
+	st := &store.Faulty{Inner: store.NewMemStore()}
+	if _, err := push(t, st, dir, 3, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	objects := st.Inner.(*store.MemStore).Objects()
+	puts := st.Count("Put") + st.Count("UploadPart")
+	res, err := push(t, st, dir, 3, "", nil)
+	if err != nil {
+		t.Fatalf("identical re-push: %v", err)
+	}
+	if res.Committed || res.Stats.BytesSent != 0 || st.Count("Put")+st.Count("UploadPart") != puts {
+		t.Errorf("identical re-push uploaded something: committed=%v sent=%d", res.Committed, res.Stats.BytesSent)
+	}
+	writeRandom(t, filepath.Join(dir, "a.pt"), testPart+5, 2)
+	_, err = push(t, st, dir, 3, "", nil)
+	if !errors.Is(err, manifest.ErrConflict) {
+		t.Fatalf("conflicting re-push: got %v, want ErrConflict", err)
+	}
+	if after := st.Inner.(*store.MemStore).Objects(); len(after) != len(objects) {
+		t.Errorf("conflicting push changed the bucket: %v -> %v", objects, after)
+	}
+}
+
+func TestPushFailsWhenFileChanges(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "growing.pt")
+	writeRandom(t, path, 3*testPart, 1)
+	st := store.NewMemStore()
+	var once atomic.Bool
+	_, err := push(t, st, dir, 5, "", func(o *PushOptions) {
+		o.Upload.Concurrency = 1
+		o.Upload.Throttle = func(ctx context.Context, n int64) error {
+			if once.CompareAndSwap(false, true) {
+				f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				_, err = f.Write([]byte("more"))
+				return err
+			}
+			return nil
+		}
+	})
+	if !errors.Is(err, ErrFileChanged) {
+		t.Fatalf("got %v, want ErrFileChanged", err)
+	}
+	if _, err := manifest.Get(context.Background(), st, "run", 5); !errors.Is(err, manifest.ErrNoCheckpoint) {
+		t.Fatalf("a manifest was committed for a changing file: %v", err)
+	}
+}
+
+func TestScanSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	writeRandom(t, filepath.Join(dir, "ep0-ba10-rank0.pt"), 10, 1)
+	if err := os.Symlink("ep0-ba10-rank0.pt", filepath.Join(dir, "latest-rank0.pt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "outside")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "ep0-ba10-rank0.pt"), filepath.Join(dir, "abs-inside")); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Scan([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tree.Files) != 1 || tree.Files[0].RelPath != "ep0-ba10-rank0.pt" {
+		t.Fatalf("files = %+v", tree.Files)
+	}
+	got := map[string]string{}
+	for _, s := range tree.Symlinks {
+		got[s.Path] = s.Target
+	}
+	want := map[string]string{"latest-rank0.pt": "ep0-ba10-rank0.pt", "abs-inside": "ep0-ba10-rank0.pt"}
+	if len(got) != len(want) || got["latest-rank0.pt"] != want["latest-rank0.pt"] || got["abs-inside"] != want["abs-inside"] {
+		t.Fatalf("symlinks = %v, want %v", got, want)
+	}
+	if len(tree.Skipped) != 1 {
+		t.Fatalf("skipped = %v, want the link to /etc/passwd", tree.Skipped)
+	}
+}

@@ -1,0 +1,229 @@
+// Package uploader moves local files into the object store: one object per
+// file, multipart with one fixed part size per object for large files, a
+// CRC32C on every request for the server to verify, a BLAKE3 of every file,
+// and resumable multipart uploads backed by a small local state file.
+//
+// Each file is read twice, both times from the page cache in the common case:
+// a sequential pass computes the file's BLAKE3 and each part's CRC32C
+// together, and the upload pass streams each part from the file with an
+// io.SectionReader. Parts are never buffered whole, so memory stays at a few
+// MiB per hashing file whatever the part size and concurrency. The CRC32C
+// computed in the same pass as the BLAKE3 binds the two: if the bytes sent
+// differ from the bytes hashed (the file changed in between), the server
+// rejects the part.
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// DefaultPartSize is the multipart part size unless told otherwise.
+const DefaultPartSize = 64 << 20
+
+// DefaultConcurrency is the number of requests in flight unless told otherwise.
+const DefaultConcurrency = 16
+
+// readBufSize is the block size of the hashing pass.
+const readBufSize = 1 << 20
+
+// Options configure an Uploader.
+type Options struct {
+	Store store.Store
+	// PartSize is the requested part size; it is raised per object so that
+	// no object needs more than store.MaxParts parts. Files no larger than
+	// it go up in a single PUT.
+	PartSize int64
+	// Concurrency caps the upload requests in flight across all files.
+	Concurrency int
+	// State records multipart uploads in flight so that a killed upload
+	// resumes; nil disables resuming.
+	State *State
+	// Throttle, when set, is called before n bytes are sent (bandwidth cap).
+	Throttle func(ctx context.Context, n int64) error
+	// OnSent, when set, is called as bytes are acknowledged by the server.
+	OnSent func(n int64)
+	// OnHashed, when set, is called as bytes are read and hashed.
+	OnHashed func(n int64)
+	Logger   *zap.Logger
+}
+
+// File is a local file to upload to Key.
+type File struct {
+	LocalPath string
+	// RelPath is the path recorded in the manifest.
+	RelPath string
+	Key     string
+	Rank    *int
+}
+
+// Stats counts what an upload did.
+type Stats struct {
+	BytesHashed  int64
+	BytesSent    int64
+	PartsSent    int64
+	PartsResumed int64 // parts the server already held from an earlier run
+	Objects      int64
+}
+
+// Uploader uploads files. It is safe for concurrent use; all its Upload calls
+// share its concurrency limit.
+type Uploader struct {
+	opts  Options
+	slots chan struct{}
+	stats struct {
+		hashed, sent, parts, resumed, objects atomic.Int64
+	}
+}
+
+// New returns an Uploader; zero options take defaults.
+func New(opts Options) *Uploader {
+	if opts.PartSize <= 0 {
+		opts.PartSize = DefaultPartSize
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Uploader{opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+}
+
+// Stats returns the totals of every upload so far.
+func (u *Uploader) Stats() Stats {
+	return Stats{
+		BytesHashed:  u.stats.hashed.Load(),
+		BytesSent:    u.stats.sent.Load(),
+		PartsSent:    u.stats.parts.Load(),
+		PartsResumed: u.stats.resumed.Load(),
+		Objects:      u.stats.objects.Load(),
+	}
+}
+
+// PartSizeFor returns the part size used for an object of size bytes: the
+// requested size, raised to a whole MiB so that at most store.MaxParts parts
+// are needed, and clamped to the store's limits.
+func PartSizeFor(size, requested int64) int64 {
+	ps := requested
+	if ps < store.MinPartSize {
+		ps = store.MinPartSize
+	}
+	if min := (size + store.MaxParts - 1) / store.MaxParts; ps < min {
+		ps = (min + 1<<20 - 1) &^ (1<<20 - 1)
+	}
+	if ps > store.MaxPartSize {
+		ps = store.MaxPartSize
+	}
+	return ps
+}
+
+// singlePutLimit is the largest file sent with one PUT.
+func (u *Uploader) singlePutLimit() int64 {
+	if u.opts.PartSize < manifest.MaxSinglePut {
+		return u.opts.PartSize
+	}
+	return manifest.MaxSinglePut
+}
+
+// Upload uploads files concurrently and returns one manifest entry per file,
+// in the order given. On error nothing is committed by the caller, and
+// multipart uploads stay recorded in State so that a later Upload resumes
+// them.
+func (u *Uploader) Upload(ctx context.Context, files []File) ([]manifest.File, error) {
+	out := make([]manifest.File, len(files))
+	g, ctx := errgroup.WithContext(ctx)
+	// Hashing passes run ahead of the sends but are bounded too: a file
+	// waits for a hashing slot, so at most Concurrency files are open.
+	hashers := make(chan struct{}, u.opts.Concurrency)
+	var mu sync.Mutex
+	for i, f := range files {
+		select {
+		case hashers <- struct{}{}:
+		case <-ctx.Done():
+			return nil, waitErr(g, ctx)
+		}
+		g.Go(func() error {
+			defer func() { <-hashers }()
+			mf, err := u.uploadFile(ctx, g, f)
+			if err != nil {
+				return fmt.Errorf("upload %s: %w", f.RelPath, err)
+			}
+			mu.Lock()
+			out[i] = mf
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func waitErr(g *errgroup.Group, ctx context.Context) error {
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// acquire takes a request slot, honouring cancellation.
+func (u *Uploader) acquire(ctx context.Context) error {
+	select {
+	case u.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (u *Uploader) release() { <-u.slots }
+
+// statFile returns the identity of a file's content used to detect changes.
+func statFile(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		return fileStamp{}, fmt.Errorf("%s is not a regular file", path)
+	}
+	return fileStamp{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, nil
+}
+
+// fileStamp identifies a version of a file's content.
+type fileStamp struct {
+	Size    int64 `json:"size"`
+	ModTime int64 `json:"mtime_ns"`
+}
+
+// ErrFileChanged is returned when a file changed size or mtime while it was
+// being uploaded.
+var ErrFileChanged = errors.New("file changed while being uploaded")
+
+func checkUnchanged(path string, before fileStamp) error {
+	after, err := statFile(path)
+	if err != nil {
+		return fmt.Errorf("stat after upload: %w", err)
+	}
+	if after != before {
+		return fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, before.Size, after.Size)
+	}
+	return nil
+}
+
+func sortParts(parts []store.Part) {
+	sort.Slice(parts, func(i, j int) bool { return parts[i].Number < parts[j].Number })
+}
