@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// Exit codes, documented in the README.
+const (
+	exitOK           = 0
+	exitFailure      = 1
+	exitUsage        = 2
+	exitNoCheckpoint = 3
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// usageError marks an error in how ferry was called (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// Main runs ferry with args (args[0] is the program name) and returns the
+// process exit code. It never calls os.Exit, so tests can call it.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:                 "ferry",
+		Usage:                "make training checkpoints durable in S3-compatible storage and restore them anywhere",
+		Version:              version,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: false,
+		HideHelpCommand:      true,
+		ExitErrHandler:       func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{msg: err.Error()}
+		},
+		Commands: []*cli.Command{
+			newPushCommand(),
+			newRestoreCommand(),
+			newListCommand(),
+			newShowCommand(),
+		},
+	}
+	for _, c := range app.Commands {
+		c.OnUsageError = app.OnUsageError
+	}
+	err := app.RunContext(ctx, args)
+	return exitCode(err, stderr)
+}
+
+// exitCode prints err as one line and maps it to an exit code.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "ferry: %s (see ferry --help)\n", oneLine(err.Error()))
+		return exitUsage
+	case errors.Is(err, manifest.ErrNoCheckpoint):
+		fmt.Fprintf(stderr, "ferry: %s\n", oneLine(err.Error()))
+		return exitNoCheckpoint
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "ferry: interrupted")
+		return exitFailure
+	default:
+		fmt.Fprintf(stderr, "ferry: %s\n", oneLine(err.Error()))
+		return exitFailure
+	}
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+type listOptions struct {
+	remote remoteOptions
+	from   string
+	json   bool
+}
+
+func newListCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list committed steps: step, files, bytes, created",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		}, commonFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usagef("list takes no arguments (got %q)", c.Args().First())
+			}
+			return runList(c.Context, listOptions{remote: readRemoteOptions(c), from: c.String("from"), json: c.Bool("json")}, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+// stepSummary is one row of `ferry list`.
+type stepSummary struct {
+	Step    int64     `json:"step"`
+	Files   int       `json:"files"`
+	Bytes   int64     `json:"bytes"`
+	Created time.Time `json:"created"`
+}
+
+func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error {
+	log, err := newLogger(o.remote, stderr)
+	if err != nil {
+		return err
+	}
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0)
+	if err != nil {
+		return err
+	}
+	steps, err := manifest.Steps(ctx, st, loc.Prefix, 0)
+	if err != nil {
+		return err
+	}
+	rows := make([]stepSummary, 0, len(steps))
+	// Oldest first reads naturally in a terminal; keys list newest first.
+	for i := len(steps) - 1; i >= 0; i-- {
+		m, err := manifest.Get(ctx, st, loc.Prefix, steps[i])
+		if err != nil {
+			return fmt.Errorf("list %s: %w", loc, err)
+		}
+		rows = append(rows, stepSummary{Step: m.Step, Files: len(m.Files), Bytes: m.TotalBytes(), Created: m.Created})
+	}
+	if o.json {
+		return printJSON(stdout, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(stderr, "no committed checkpoints at %s\n", loc)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tFILES\tBYTES\tCREATED")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", r.Step, r.Files, units.FormatBytes(r.Bytes), r.Created.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}

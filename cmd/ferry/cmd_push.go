@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+type pushOptions struct {
+	remote      remoteOptions
+	to          string
+	step        int64
+	partSize    int64
+	concurrency int
+	stateDir    string
+	json        bool
+	sources     []string
+}
+
+func newPushCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "push",
+		Usage:     "upload a checkpoint directory (or files) as one step and commit its manifest",
+		ArgsUsage: "DIR | FILE...",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "to", Usage: "destination `s3://bucket/prefix`"},
+			&cli.Int64Flag{Name: "step", Value: -1, Usage: "training step this checkpoint belongs to (required)"},
+			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size (raised so no object needs more than 10,000 parts)"},
+			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "upload requests in flight"},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "where resume state is kept (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+		}, commonFlags()...),
+		Action: func(c *cli.Context) error {
+			opts := pushOptions{
+				remote:      readRemoteOptions(c),
+				to:          c.String("to"),
+				step:        c.Int64("step"),
+				concurrency: c.Int("concurrency"),
+				stateDir:    c.String("state-dir"),
+				json:        c.Bool("json"),
+				sources:     c.Args().Slice(),
+			}
+			var err error
+			if opts.partSize, err = sizeFlag(c, "part-size"); err != nil {
+				return err
+			}
+			return runPush(c.Context, opts, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+// pushSummary is what push prints with --json.
+type pushSummary struct {
+	Step        int64   `json:"step"`
+	Committed   bool    `json:"committed"`
+	Files       int     `json:"files"`
+	Bytes       int64   `json:"bytes"`
+	BytesSent   int64   `json:"bytes_sent"`
+	PartsSent   int64   `json:"parts_sent"`
+	PartsReused int64   `json:"parts_resumed"`
+	Seconds     float64 `json:"seconds"`
+	Manifest    string  `json:"manifest"`
+}
+
+func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error {
+	if o.step < 0 {
+		return usagef("--step is required (the training step of this checkpoint)")
+	}
+	if len(o.sources) == 0 {
+		return usagef("push needs a checkpoint directory or files")
+	}
+	if o.partSize < 5<<20 || o.partSize > 5<<30 {
+		return usagef("--part-size %s: must be between 5 MiB and 5 GiB", units.FormatBytes(o.partSize))
+	}
+	if o.concurrency < 1 || o.concurrency > 1024 {
+		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	}
+	log, err := newLogger(o.remote, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
+	st, loc, err := openStore(ctx, o.remote, "to", o.to, log, o.concurrency+4)
+	if err != nil {
+		return err
+	}
+	tree, err := uploader.Scan(o.sources, log)
+	if err != nil {
+		return err
+	}
+	stateDir := o.stateDir
+	if stateDir == "" {
+		stateDir = defaultStateDir()
+	}
+	var total int64
+	for _, f := range tree.Files {
+		total += f.Size
+	}
+	prog := newProgress(stderr, "push", total, !o.remote.Quiet && isTerminal(stderr))
+	start := time.Now()
+	res, err := uploader.Push(ctx, uploader.PushOptions{
+		Upload: uploader.Options{
+			Store:       st,
+			PartSize:    o.partSize,
+			Concurrency: o.concurrency,
+			Logger:      log,
+			OnHashed:    prog.Add,
+		},
+		Location: loc.String(),
+		Prefix:   loc.Prefix,
+		Step:     o.step,
+		Tree:     tree,
+		StateDir: stateDir,
+	})
+	prog.Close()
+	if err != nil {
+		return err
+	}
+	sum := pushSummary{
+		Step:        o.step,
+		Committed:   res.Committed,
+		Files:       len(res.Manifest.Files),
+		Bytes:       res.Manifest.TotalBytes(),
+		BytesSent:   res.Stats.BytesSent,
+		PartsSent:   res.Stats.PartsSent,
+		PartsReused: res.Stats.PartsResumed,
+		Seconds:     time.Since(start).Seconds(),
+		Manifest:    "s3://" + loc.Bucket + "/" + manifest.ManifestKey(loc.Prefix, o.step),
+	}
+	log.Info("push finished", zap.Int64("step", sum.Step), zap.Bool("committed", sum.Committed), zap.Int64("bytes_sent", sum.BytesSent))
+	if o.json {
+		return printJSON(stdout, sum)
+	}
+	if !res.Committed {
+		fmt.Fprintf(stdout, "step %d is already committed at %s with identical content; nothing uploaded\n", o.step, loc)
+		return nil
+	}
+	fmt.Fprintf(stdout, "committed step %d to %s: %d files, %s in %s (%s)\n", o.step, loc, sum.Files,
+		units.FormatBytes(sum.Bytes), time.Since(start).Round(time.Millisecond), units.FormatRate(sum.Bytes, time.Since(start)))
+	return nil
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/restore"
+)
+
+type restoreOptions struct {
+	remote      remoteOptions
+	from, to    string
+	step        int64
+	allowEmpty  bool
+	concurrency int
+	json        bool
+}
+
+func newRestoreCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "restore",
+		Usage: "download and verify a committed checkpoint step into a directory",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "to", Usage: "target `DIR` (created if missing)"},
+			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
+			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
+			&cli.IntFlag{Name: "concurrency", Value: 16, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "ranged GETs in flight"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+		}, commonFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usagef("restore takes no arguments (got %q); use --to DIR", c.Args().First())
+			}
+			return runRestore(c.Context, restoreOptions{
+				remote:      readRemoteOptions(c),
+				from:        c.String("from"),
+				to:          c.String("to"),
+				step:        c.Int64("step"),
+				allowEmpty:  c.Bool("allow-empty"),
+				concurrency: c.Int("concurrency"),
+				json:        c.Bool("json"),
+			}, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+// restoreSummary is what restore prints with --json.
+type restoreSummary struct {
+	Step            int64   `json:"step"`
+	Empty           bool    `json:"empty,omitempty"`
+	Files           int     `json:"files"`
+	Kept            int     `json:"kept"`
+	Downloaded      int     `json:"downloaded"`
+	Bytes           int64   `json:"bytes"`
+	BytesDownloaded int64   `json:"bytes_downloaded"`
+	Seconds         float64 `json:"seconds"`
+}
+
+func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
+	if o.to == "" {
+		return usagef("--to is required (the directory to restore into)")
+	}
+	if o.concurrency < 1 || o.concurrency > 1024 {
+		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	}
+	log, err := newLogger(o.remote, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency+4)
+	if err != nil {
+		return err
+	}
+	showBar := !o.remote.Quiet && isTerminal(stderr)
+	start := time.Now()
+	// The total is known only once the manifest is read, so the bar starts
+	// on the first progress report.
+	var (
+		barMu sync.Mutex
+		bar   *progress
+	)
+	res, err := restore.Restore(ctx, restore.Options{
+		Store:       st,
+		Prefix:      loc.Prefix,
+		Dir:         o.to,
+		Step:        o.step,
+		Concurrency: o.concurrency,
+		Logger:      log,
+		Progress: func(done, total int64) {
+			if !showBar {
+				return
+			}
+			barMu.Lock()
+			defer barMu.Unlock()
+			if bar == nil {
+				bar = newProgress(stderr, "restore", total, true)
+			}
+			bar.done.Store(done)
+		},
+	})
+	if bar != nil {
+		bar.Close()
+	}
+	if errors.Is(err, manifest.ErrNoCheckpoint) && o.allowEmpty {
+		if o.json {
+			return printJSON(stdout, restoreSummary{Step: -1, Empty: true})
+		}
+		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", loc)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("restore from %s: %w", loc, err)
+	}
+	sum := restoreSummary{
+		Step: res.Step, Files: res.Files, Kept: res.Kept, Downloaded: res.Downloaded,
+		Bytes: res.Bytes, BytesDownloaded: res.BytesDownloaded, Seconds: time.Since(start).Seconds(),
+	}
+	log.Info("restore finished", zap.Int64("step", sum.Step), zap.Int("files", sum.Files), zap.Int64("bytes_downloaded", sum.BytesDownloaded))
+	if o.json {
+		return printJSON(stdout, sum)
+	}
+	fmt.Fprintf(stdout, "restored step %d from %s into %s: %d files, %s (%d kept, %d downloaded) in %s, all hashes verified\n",
+		res.Step, loc, o.to, res.Files, units.FormatBytes(res.Bytes), res.Kept, res.Downloaded, time.Since(start).Round(time.Millisecond))
+	return nil
+}

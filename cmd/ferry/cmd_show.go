@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+type showOptions struct {
+	remote remoteOptions
+	from   string
+	step   int64
+}
+
+func newShowCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "show",
+		Usage: "print the committed manifest JSON of a step (the latest by default)",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to show (default: the latest committed)"},
+		}, commonFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usagef("show takes no arguments (got %q)", c.Args().First())
+			}
+			return runShow(c.Context, showOptions{remote: readRemoteOptions(c), from: c.String("from"), step: c.Int64("step")}, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+func runShow(ctx context.Context, o showOptions, stdout, stderr io.Writer) error {
+	log, err := newLogger(o.remote, stderr)
+	if err != nil {
+		return err
+	}
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0)
+	if err != nil {
+		return err
+	}
+	var m *manifest.Manifest
+	if o.step < 0 {
+		m, err = manifest.Latest(ctx, st, loc.Prefix)
+	} else {
+		m, err = manifest.Get(ctx, st, loc.Prefix, o.step)
+	}
+	if err != nil {
+		return fmt.Errorf("show %s: %w", loc, err)
+	}
+	data, err := manifest.Encode(m)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(data)
+	return err
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// commonFlags are accepted by every command that talks to a bucket.
+func commonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "endpoint", EnvVars: []string{"FERRY_ENDPOINT"}, Usage: "S3 API `URL` (else S3_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL; else AWS S3)"},
+		&cli.StringFlag{Name: "region", EnvVars: []string{"FERRY_REGION"}, Usage: "region (else AWS_REGION, else \"auto\" as R2 expects)"},
+		&cli.StringFlag{Name: "profile", EnvVars: []string{"FERRY_PROFILE"}, Usage: "AWS shared config `profile` (else AWS_PROFILE)"},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"FERRY_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Value: "console", EnvVars: []string{"FERRY_LOG_FORMAT"}, Usage: "console or json"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"FERRY_QUIET"}, Usage: "no progress display and only warnings in the log"},
+	}
+}
+
+// remoteOptions are the flags common to every command, converted once so
+// lower layers never see cli.Context.
+type remoteOptions struct {
+	Endpoint, Region, Profile string
+	LogLevel, LogFormat       string
+	Quiet                     bool
+}
+
+func readRemoteOptions(c *cli.Context) remoteOptions {
+	return remoteOptions{
+		Endpoint:  c.String("endpoint"),
+		Region:    c.String("region"),
+		Profile:   c.String("profile"),
+		LogLevel:  c.String("log-level"),
+		LogFormat: c.String("log-format"),
+		Quiet:     c.Bool("quiet"),
+	}
+}
+
+// newLogger builds the zap logger writing to w.
+func newLogger(o remoteOptions, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(o.LogLevel)
+	if err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", o.LogLevel)
+	}
+	if o.Quiet && level < zapcore.WarnLevel {
+		level = zapcore.WarnLevel
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch o.LogFormat {
+	case "console":
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	case "json":
+		enc = zapcore.NewJSONEncoder(encCfg)
+	default:
+		return nil, usagef("--log-format %q: use console or json", o.LogFormat)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)), nil
+}
+
+// openStore parses an s3:// URL and opens the bucket it names.
+func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.Logger, maxConns int) (*s3store.Store, manifest.Location, error) {
+	if url == "" {
+		return nil, manifest.Location{}, usagef("--%s is required (s3://bucket/prefix)", flag)
+	}
+	loc, err := manifest.ParseURL(url)
+	if err != nil {
+		return nil, manifest.Location{}, usagef("--%s: %v", flag, err)
+	}
+	st, err := s3store.New(ctx, s3store.Config{
+		Endpoint: o.Endpoint,
+		Region:   o.Region,
+		Profile:  o.Profile,
+		Bucket:   loc.Bucket,
+		MaxConns: maxConns,
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, manifest.Location{}, err
+	}
+	return st, loc, nil
+}
+
+// defaultStateDir is where resume state lives unless --state-dir says
+// otherwise: $FERRY_STATE_DIR, $XDG_STATE_HOME/ferry, ~/.local/state/ferry.
+func defaultStateDir() string {
+	if d := os.Getenv("FERRY_STATE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "ferry")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "ferry")
+	}
+	return filepath.Join(os.TempDir(), "ferry-state")
+}
+
+// sizeFlag reads a byte-size flag such as --part-size 64MiB.
+func sizeFlag(c *cli.Context, name string) (int64, error) {
+	n, err := units.ParseBytes(c.String(name))
+	if err != nil {
+		return 0, usagef("--%s: %v", name, err)
+	}
+	return n, nil
+}
+
+// isTerminal reports whether w is a terminal, for the progress display.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
