@@ -1,0 +1,146 @@
+package detect
+
+import (
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// composerLayout: MosaicML Composer's save_folder with the default names.
+//
+//   - Single-file steps: "ep{E}-ba{B}-rank{R}.pt" files in the root
+//     (optionally compressed: ".pt.gz", ".pt.lz4", ...); every file with the
+//     same B forms step B, Root "", rank R each.
+//   - Sharded steps: folders "ep{E}-ba{B}" in the root holding
+//     "__{R}_0.distcp" files and a ".metadata" written last; step B.
+//   - Marker: sharded, ".metadata". Single-file checkpoints have none: each
+//     rank torch.saves its file in place and then points its
+//     "latest-rank{R}.pt" symlink at it. So a rank whose latest-rank link
+//     exists but names an earlier batch is still writing and holds the step
+//     back; a rank without a link (first save, or latest disabled) relies
+//     on the settle window. With many ranks per node, set
+//     Options.ExpectedRanks so that a rank that has not started its file
+//     yet cannot be missed.
+//   - Pointers: single-file steps get Symlinks "latest-rank{R}.pt" ->
+//     "ep{E}-ba{B}-rank{R}.pt" for each rank, built rather than read: the
+//     live link is repointed at every save and may already name a later
+//     step. Sharded steps record the live links in the root that point at
+//     their folder, as every layout does.
+type composerLayout struct{}
+
+var (
+	composerFile   = regexp.MustCompile(`^ep(\d+)-ba(\d+)-rank(\d+)\.pt(?:\.(?:gz|bz2|lz4|lzma|xz|zst|tar))?$`)
+	composerFolder = regexp.MustCompile(`^ep(\d+)-ba(\d+)(?:-rank\d+(?:\.pt)?)?$`)
+	composerLatest = regexp.MustCompile(`^latest-rank(\d+)\.pt$`)
+)
+
+func (composerLayout) Name() string { return "composer" }
+
+func (composerLayout) Recognize(t *Tree) bool {
+	for _, e := range t.Children("") {
+		if e.IsRegular() && composerFile.MatchString(e.Name()) ||
+			e.IsDir() && composerFolder.MatchString(e.Name()) ||
+			e.IsSymlink() && composerLatest.MatchString(e.Name()) {
+			return true
+		}
+	}
+	return false
+}
+
+func (composerLayout) Steps(t *Tree) []Candidate {
+	single := map[int64]*Candidate{}
+	latest := map[int]int64{} // rank -> batch its latest link names
+	var folders []Candidate
+	for _, e := range t.Children("") {
+		name := e.Name()
+		switch {
+		case e.IsSymlink():
+			if m := composerLatest.FindStringSubmatch(name); m != nil {
+				if b, ok := composerBatch(path.Base(e.Target)); ok {
+					r, _ := strconv.Atoi(m[1])
+					latest[r] = b
+				}
+			}
+		case e.IsDir():
+			if m := composerFolder.FindStringSubmatch(name); m != nil {
+				if b, ok := parseStep(m[2]); ok {
+					c := folderStep(t, e.Path, b)
+					if md, ok := t.Get(e.Path + "/" + dcpMetadata); ok && md.IsRegular() {
+						c.Finished = true
+					} else {
+						c.Waiting = "no " + dcpMetadata
+					}
+					folders = append(folders, c)
+				}
+			}
+		case IsTempName(name):
+			if b, ok := composerBatch(stripTemp(name)); ok {
+				composerStep(single, b).Temps = append(composerStep(single, b).Temps, e.Path)
+			}
+		case e.IsRegular() || e.Err != nil:
+			if m := composerFile.FindStringSubmatch(name); m != nil {
+				if b, ok := parseStep(m[2]); ok {
+					c := composerStep(single, b)
+					if e.Err != nil {
+						c.Errs = append(c.Errs, e.Err)
+					}
+					addEntry(c, e)
+				}
+			}
+		}
+	}
+	out := folders
+	for b, c := range single {
+		c.Finished = true
+		var waiting []string
+		for _, f := range c.Step.Files {
+			if f.Rank == nil {
+				continue
+			}
+			if lb, ok := latest[*f.Rank]; ok && lb < b {
+				c.Finished = false
+				waiting = append(waiting, "latest-rank"+strconv.Itoa(*f.Rank)+".pt still names batch "+strconv.FormatInt(lb, 10))
+			}
+			c.Step.Symlinks = append(c.Step.Symlinks, Symlink{
+				RelPath: "latest-rank" + strconv.Itoa(*f.Rank) + ".pt",
+				Target:  f.RelPath,
+			})
+		}
+		c.Waiting = strings.Join(waiting, "; ")
+		out = append(out, *c)
+	}
+	return out
+}
+
+func composerStep(m map[int64]*Candidate, b int64) *Candidate {
+	c := m[b]
+	if c == nil {
+		c = &Candidate{Step: Step{Number: b}}
+		m[b] = c
+	}
+	return c
+}
+
+// composerBatch returns the batch of a Composer checkpoint file or folder
+// name.
+func composerBatch(name string) (int64, bool) {
+	m := composerFile.FindStringSubmatch(name)
+	if m == nil {
+		m = composerFolder.FindStringSubmatch(name)
+	}
+	if m == nil {
+		return 0, false
+	}
+	return parseStep(m[2])
+}
+
+// stripTemp removes one temporary suffix from a name.
+func stripTemp(name string) string {
+	for _, suf := range []string{".tmp", ".temp", ".partial", "~"} {
+		if s, ok := strings.CutSuffix(name, suf); ok {
+			return s
+		}
+	}
+	return name
+}

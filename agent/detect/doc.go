@@ -1,0 +1,50 @@
+// Package detect turns a watched checkpoint directory into a stream of
+// "step S is completely written, here are its files" events. It uploads
+// nothing: the agent feeds its events to the uploader.
+//
+// # How completeness is decided
+//
+// A [Layout] maps the directory tree to candidate steps and says whether the
+// framework's own marker declares each one finished (DCP's .metadata,
+// DeepSpeed's latest file, Megatron's tracker file, ...). A step is reported
+// [Complete] only when all of these hold:
+//
+//   - the layout's marker says it is finished (unless [Options.NoMarker]);
+//   - no temporary name ([IsTempName]) lies in the step;
+//   - with [Options.ExpectedRanks] set, files of that many ranks are present;
+//   - the size and modification time of every file, and the set of files,
+//     have been observed unchanged for [Options.Settle], and no fsnotify
+//     event touched any of them in that window;
+//   - every file can be opened for reading.
+//
+// Settling is observed by the [Watcher], not inferred from modification
+// times: the clock of a network filesystem's server need not agree with
+// ours, and a copy tool may set old times on a file it is still writing. The
+// price is one settle window after start-up before an existing step is
+// reported. [Watcher.Scan], which cannot observe, uses the age of the newest
+// modification time instead.
+//
+// # Watching
+//
+// Every directory under the root is watched with fsnotify (new directories
+// get a watch, then are listed, since files may appear before the watch is
+// added). Events are collected for a short debounce window and then applied
+// to an in-memory tree, so a burst of writes costs one evaluation. Timers
+// wake the watcher when a pending step's settle window ends. A full rescan
+// runs at start-up, every [Options.Rescan], and after fsnotify reports a
+// queue overflow, whose lost events never come back. Idle, the watcher is
+// blocked in select with no timer armed but the rescan ticker. [Options.Poll]
+// replaces fsnotify by rescans for filesystems that deliver no events (NFS,
+// Lustre and FUSE mounts written from other hosts).
+//
+// Symbolic links are never followed: a link inside the root whose target
+// resolves inside the root is recorded as a [Symlink]; any other link is
+// skipped with a warning.
+//
+// # Paths
+//
+// All paths in a [Step] are slash-separated and relative to the watched
+// root, so a manifest built from them restores the same tree the trainer
+// expects (for example global_step100/mp_rank_00_model_states.pt next to the
+// latest file).
+package detect

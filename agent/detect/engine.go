@@ -1,0 +1,166 @@
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"go.uber.org/zap"
+)
+
+// engine holds what both the long-running Watcher and a one-shot Scan need:
+// the options, the layout, the tree and the checks applied to a candidate
+// before it is reported.
+type engine struct {
+	opts      Options
+	log       *zap.Logger
+	layout    Layout
+	tree      *Tree
+	rootReal  string // the root with links resolved, for link checks
+	warned    map[string]bool
+	openCheck func(abs string) error
+}
+
+func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
+	l, err := newLayout(&opts)
+	if err != nil {
+		return nil, err
+	}
+	return &engine{
+		opts:      opts,
+		log:       opts.Logger,
+		layout:    l,
+		tree:      newTree(opts.Dir),
+		warned:    map[string]bool{},
+		openCheck: openCheck,
+	}, nil
+}
+
+// openForRead is the default readability check: the uploader will need to
+// open every file, so a file it cannot open is found now, as an Error event
+// for its step, rather than halfway through an upload.
+func openForRead(abs string) error {
+	f, err := os.Open(abs)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// rescan rebuilds the tree from disk and refreshes the resolved root.
+func (e *engine) rescan(watch watchFunc) error {
+	if err := e.tree.scanAll(watch); err != nil {
+		return fmt.Errorf("scan %s: %w", e.tree.root, err)
+	}
+	real, err := filepath.EvalSymlinks(e.tree.root)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", e.tree.root, err)
+	}
+	e.rootReal = real
+	return nil
+}
+
+// candidates asks the layout for the tree's steps and drops ambiguous ones
+// (two candidates with one ID, say "step_100" and "step-100" for DCP), with
+// a warning, since they cannot both be step 100 remotely.
+func (e *engine) candidates() []Candidate {
+	cands := e.layout.Steps(e.tree)
+	count := make(map[string]int, len(cands))
+	for i := range cands {
+		count[cands[i].id()]++
+	}
+	out := cands[:0]
+	for _, c := range cands {
+		if count[c.id()] > 1 {
+			key := "dup\x00" + c.id() + "\x00" + c.Step.Root
+			if !e.warned[key] {
+				e.warned[key] = true
+				e.log.Warn("several checkpoints claim the same step; skipped", zap.String("step", c.id()), zap.String("root", c.Step.Root))
+			}
+			continue
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Step.Number != out[j].Step.Number {
+			return out[i].Step.Number < out[j].Step.Number
+		}
+		return out[i].id() < out[j].id()
+	})
+	return out
+}
+
+// blocked returns why a candidate cannot be complete whatever the settle
+// window says, or "".
+func (e *engine) blocked(c *Candidate) string {
+	switch {
+	case len(c.Step.Files) == 0:
+		return "no files yet"
+	case !c.Finished && !e.opts.NoMarker:
+		return "marker: " + c.Waiting
+	case len(c.Temps) > 0:
+		return "temporary file " + c.Temps[0]
+	}
+	if e.opts.ExpectedRanks > 0 {
+		ranks := map[int]bool{}
+		for _, f := range c.Step.Files {
+			if f.Rank != nil {
+				ranks[*f.Rank] = true
+			}
+		}
+		if len(ranks) < e.opts.ExpectedRanks {
+			return fmt.Sprintf("files of %d of %d ranks", len(ranks), e.opts.ExpectedRanks)
+		}
+	}
+	return ""
+}
+
+// build returns the step to report: the layout's step plus links in the
+// root that point into it, every link checked (kept only if it resolves
+// inside the root), all lists sorted.
+func (e *engine) build(c *Candidate) Step {
+	s := c.Step
+	s.Files = append([]File(nil), s.Files...)
+	seen := map[string]bool{}
+	var links []Symlink
+	for _, l := range append(append([]Symlink(nil), s.Symlinks...), rootLinks(e.tree, &s)...) {
+		if seen[l.RelPath] {
+			continue
+		}
+		seen[l.RelPath] = true
+		if l, ok := e.checkLink(l); ok {
+			links = append(links, l)
+		}
+	}
+	s.Symlinks = links
+	s.Generated = append([]Generated(nil), s.Generated...)
+	sortStep(&s)
+	return s
+}
+
+// readable returns the entry errors of a candidate and the errors opening
+// its files, joined, or nil.
+func (e *engine) readable(c *Candidate, s *Step) error {
+	errs := append([]error(nil), c.Errs...)
+	for _, f := range s.Files {
+		if err := e.openCheck(e.tree.abs(f.RelPath)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("step %d: %w", s.Number, errors.Join(errs...))
+}
+
+// newestModTime returns the latest modification time among a step's files.
+func newestModTime(s *Step) (t int64) {
+	for _, f := range s.Files {
+		if n := f.ModTime.UnixNano(); n > t {
+			t = n
+		}
+	}
+	return t
+}

@@ -1,0 +1,255 @@
+package detect
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// stat is what settling compares for one path.
+type stat struct {
+	size    int64
+	modTime time.Time
+}
+
+// fingerprint maps every file and temporary path of a candidate to its
+// stat: a file added, removed, grown or touched changes it.
+type fingerprint map[string]stat
+
+func fingerprintOf(t *Tree, c *Candidate) fingerprint {
+	fp := make(fingerprint, len(c.Step.Files)+len(c.Temps))
+	for _, f := range c.Step.Files {
+		fp[f.RelPath] = stat{f.Size, f.ModTime}
+	}
+	for _, p := range c.Temps {
+		e, _ := t.Get(p)
+		fp[p] = stat{e.Size, e.ModTime}
+	}
+	return fp
+}
+
+func (a fingerprint) equal(b fingerprint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for p, s := range a {
+		if o, ok := b[p]; !ok || o.size != s.size || !o.modTime.Equal(s.modTime) {
+			return false
+		}
+	}
+	return true
+}
+
+func (a fingerprint) touched(paths map[string]struct{}) bool {
+	for p := range paths {
+		if _, ok := a[p]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// stepState is what the watcher remembers about a candidate between
+// evaluations.
+type stepState struct {
+	fp fingerprint
+	// since is when fp was first observed as it is now.
+	since time.Time
+	// due is since+Settle while the step waits only for the settle
+	// window, else zero.
+	due time.Time
+	// refresh lists the folders to re-list when due: the step's folder
+	// (recursively) or the folders holding its files.
+	root string
+	dirs []string
+	// reported is set once the step was reported Complete, or accepted
+	// as already done (silent: no Deleted event follows).
+	reported bool
+	silent   bool
+	step     Step
+	// errMsg is the last Error reported, to report each error once.
+	errMsg string
+}
+
+// evaluate compares the tree with what was seen before and returns the
+// events due at now, in step order, and the earliest time a pending step's
+// settle window ends (zero if none). touched holds the paths fsnotify named
+// since the last evaluation: a file named there has not settled even if its
+// size and time look unchanged (coarse timestamps).
+func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events []Event, next time.Time) {
+	w.evals++
+	e := w.engine
+	seen := map[string]bool{}
+	var ready []Candidate
+	for _, c := range e.candidates() {
+		id := c.id()
+		seen[id] = true
+		fp := fingerprintOf(e.tree, &c)
+		st := w.states[id]
+		if st != nil && st.reported {
+			if st.fp.equal(fp) {
+				continue
+			}
+			if !st.silent {
+				events = append(events, Event{Kind: Deleted, Step: st.step, Err: fmt.Errorf("step %d: %w", st.step.Number, ErrChanged)})
+			}
+			st = nil
+		}
+		if st == nil {
+			st = &stepState{fp: fp, since: now}
+			w.states[id] = st
+		} else if !st.fp.equal(fp) || fp.touched(touched) {
+			st.fp, st.since = fp, now
+		}
+		st.due = time.Time{}
+		st.root, st.dirs = c.Step.Root, fileDirs(&c)
+		if why := e.blocked(&c); why != "" {
+			e.log.Debug("step pending", zap.String("step", id), zap.String("reason", why))
+			continue
+		}
+		if due := st.since.Add(e.opts.Settle); now.Before(due) {
+			st.due = due
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			continue
+		}
+		ready = append(ready, c)
+	}
+	for id, st := range w.states {
+		if seen[id] {
+			continue
+		}
+		if st.reported && !st.silent {
+			events = append(events, Event{Kind: Deleted, Step: st.step})
+		}
+		delete(w.states, id)
+	}
+	events = append(events, w.report(ready)...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Step.Number < events[j].Step.Number })
+	return events, next
+}
+
+// report turns settled candidates into Complete or Error events, numbering
+// counter steps first.
+func (w *Watcher) report(ready []Candidate) []Event {
+	e := w.engine
+	steps := make([]Step, len(ready))
+	for i := range ready {
+		steps[i] = e.build(&ready[i])
+	}
+	order := counterOrder(steps)
+	var events []Event
+	for _, i := range order {
+		c, s := &ready[i], &steps[i]
+		st := w.states[c.id()]
+		counted := s.Number < 0
+		if counted {
+			s.Number = w.counter
+		}
+		if w.opts.AlreadyDone != nil && w.opts.AlreadyDone(*s) {
+			st.reported, st.silent, st.step = true, true, *s
+			continue
+		}
+		if err := e.readable(c, s); err != nil {
+			if msg := err.Error(); msg != st.errMsg {
+				st.errMsg = msg
+				events = append(events, Event{Kind: Error, Step: *s, Err: err})
+			}
+			continue
+		}
+		if counted {
+			w.counter++
+		}
+		st.reported, st.silent, st.step, st.errMsg = true, false, *s, ""
+		events = append(events, Event{Kind: Complete, Step: *s})
+	}
+	return events
+}
+
+// counterOrder returns the indexes of steps in the order they are reported:
+// numbered steps first, by number, then counter steps (Number -1) by newest
+// modification time and path.
+func counterOrder(steps []Step) []int {
+	idx := make([]int, len(steps))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		sa, sb := &steps[idx[a]], &steps[idx[b]]
+		if (sa.Number < 0) != (sb.Number < 0) {
+			return sa.Number >= 0
+		}
+		if sa.Number >= 0 {
+			return sa.Number < sb.Number
+		}
+		if ta, tb := newestModTime(sa), newestModTime(sb); ta != tb {
+			return ta < tb
+		}
+		return firstPath(sa) < firstPath(sb)
+	})
+	return idx
+}
+
+func firstPath(s *Step) string {
+	if len(s.Files) == 0 {
+		return s.Root
+	}
+	return s.Files[0].RelPath
+}
+
+// fileDirs returns the folders holding a candidate's files and temporary
+// names.
+func fileDirs(c *Candidate) []string {
+	set := map[string]bool{}
+	for _, f := range c.Step.Files {
+		set[parent(f.RelPath)] = true
+	}
+	for _, p := range c.Temps {
+		set[parent(p)] = true
+	}
+	out := make([]string, 0, len(set))
+	for d := range set {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// refreshDue re-reads from disk the steps whose settle window has ended, so
+// that the evaluation that may report them does not trust events alone
+// (lost events, writes through mmap, filesystems without events).
+func (w *Watcher) refreshDue(now time.Time) {
+	done := map[string]bool{}
+	for _, st := range w.states {
+		if st.reported || st.due.IsZero() || now.Before(st.due) {
+			continue
+		}
+		if st.root != "" {
+			w.scanDir(st.root, true, done)
+			continue
+		}
+		for _, d := range st.dirs {
+			w.scanDir(d, false, done)
+		}
+	}
+}
+
+func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
+	if done[dir] {
+		return
+	}
+	done[dir] = true
+	if e, ok := w.tree.Get(dir); !ok || !e.IsDir() {
+		if dir != "" {
+			w.tree.refresh(dir, w.watchDir)
+		}
+		return
+	}
+	if err := w.tree.scanDir(dir, recursive, w.watchDir); err != nil {
+		w.log.Debug("list folder", zap.String("dir", path.Clean("/"+dir)), zap.Error(err))
+	}
+}

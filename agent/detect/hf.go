@@ -1,0 +1,42 @@
+package detect
+
+import "regexp"
+
+// hfLayout: the Hugging Face Trainer's output_dir.
+//
+//   - Steps are folders "checkpoint-{N}" in the root; N is the global step.
+//     ("tmp-checkpoint-{N}", used by some versions while saving, is a
+//     temporary name and never a step.)
+//   - Marker: "trainer_state.json" in the folder, which the main process
+//     writes after the model, optimizer, scheduler and (in recent versions)
+//     RNG state. On other nodes of a multi-node job saving to local disks it
+//     never appears: see Options.NoMarker.
+//   - Files: everything in the folder, including nested DeepSpeed
+//     ("global_step{N}/...") or FSDP ("pytorch_model_fsdp_0/__R_0.distcp")
+//     shards. Ranks by RankOf ("rng_state_{R}.pth", shards).
+//   - Pointer: none. The Trainer resumes from the highest-numbered
+//     checkpoint folder; DeepSpeed's own "latest" inside the folder is part
+//     of it and only ever names that folder's tag.
+type hfLayout struct{}
+
+var hfDir = regexp.MustCompile(`^checkpoint-(\d+)$`)
+
+const hfMarker = "trainer_state.json"
+
+func (hfLayout) Name() string { return "hf" }
+
+func (hfLayout) Recognize(t *Tree) bool { return len(numberedDirs(t, hfDir)) > 0 }
+
+func (hfLayout) Steps(t *Tree) []Candidate {
+	var out []Candidate
+	for n, root := range numberedDirs(t, hfDir) {
+		c := folderStep(t, root, n)
+		if e, ok := t.Get(root + "/" + hfMarker); ok && e.IsRegular() {
+			c.Finished = true
+		} else {
+			c.Waiting = "no " + hfMarker
+		}
+		out = append(out, c)
+	}
+	return out
+}

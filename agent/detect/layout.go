@@ -1,0 +1,290 @@
+package detect
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// Layout maps a checkpoint directory tree to candidate steps, following one
+// framework's naming and markers. A Layout is used from one goroutine at a
+// time.
+type Layout interface {
+	// Name is the value of --layout that selects this layout.
+	Name() string
+	// Recognize reports whether the tree holds something only this layout
+	// writes; the auto layout uses it to choose.
+	Recognize(t *Tree) bool
+	// Steps returns the candidate steps of the tree in any order, finished
+	// or not. Candidates with the same ID are ambiguous and skipped.
+	Steps(t *Tree) []Candidate
+}
+
+// Candidate is a step as a layout sees it, before the watcher decides
+// whether it is complete.
+type Candidate struct {
+	// ID identifies the candidate across evaluations; empty means the step
+	// number. The flat layout without a step pattern uses the entry's name
+	// and leaves Step.Number at -1 for the watcher to assign.
+	ID string
+	// Step holds the number, root, files (with ranks), the symlinks the
+	// layout attributes to the step (targets as stored; the watcher checks
+	// and rewrites them) and generated pointer files.
+	Step Step
+	// Finished reports whether the framework's marker declares the step
+	// written; layouts without a marker set it always.
+	Finished bool
+	// Waiting says what the marker still lacks, for debug logs.
+	Waiting string
+	// Temps are paths with temporary names inside the step: while any
+	// exists the step is not complete.
+	Temps []string
+	// Errs are problems with the step's entries (unlistable folders,
+	// unreadable links).
+	Errs []error
+}
+
+func (c *Candidate) id() string {
+	if c.ID != "" {
+		return c.ID
+	}
+	return strconv.FormatInt(c.Step.Number, 10)
+}
+
+// LayoutNames returns the accepted values of Options.Layout.
+func LayoutNames() []string {
+	return []string{"auto", "composer", "dcp", "deepspeed", "megatron", "hf", "flat"}
+}
+
+// newLayout builds the layout opts names. The auto layout tries the
+// specific layouts in an order where a more specific one comes before a
+// more general one that would also match (Composer's and Megatron's
+// sharded folders also look like DCP folders).
+func newLayout(opts *Options) (Layout, error) {
+	pattern, err := compileStepPattern(opts.StepPattern)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	specific := func() []Layout {
+		return []Layout{composerLayout{}, deepspeedLayout{}, megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}}
+	}
+	switch opts.Layout {
+	case "auto":
+		return &autoLayout{layouts: specific(), log: log}, nil
+	case "flat":
+		return &flatLayout{pattern: pattern, log: log}, nil
+	}
+	for _, l := range specific() {
+		if l.Name() == opts.Layout {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("detect: unknown layout %q (want one of %s)", opts.Layout, strings.Join(LayoutNames(), ", "))
+}
+
+// autoLayout picks the first layout that recognises the tree, logs which,
+// and keeps it. Until then it finds no steps. It never picks flat, which
+// would match anything, including a half-created first step of another
+// layout.
+type autoLayout struct {
+	layouts []Layout
+	chosen  Layout
+	log     *zap.Logger
+}
+
+func (a *autoLayout) Name() string { return "auto" }
+
+func (a *autoLayout) Recognize(t *Tree) bool { return a.pick(t) != nil }
+
+func (a *autoLayout) Steps(t *Tree) []Candidate {
+	if l := a.pick(t); l != nil {
+		return l.Steps(t)
+	}
+	return nil
+}
+
+func (a *autoLayout) pick(t *Tree) Layout {
+	if a.chosen != nil {
+		return a.chosen
+	}
+	for _, l := range a.layouts {
+		if l.Recognize(t) {
+			a.chosen = l
+			a.log.Info("checkpoint layout detected", zap.String("layout", l.Name()), zap.String("dir", t.Root()))
+			return l
+		}
+	}
+	return nil
+}
+
+// effectiveName is the chosen layout's name for auto, or the layout's own.
+func effectiveName(l Layout) string {
+	if a, ok := l.(*autoLayout); ok && a.chosen != nil {
+		return a.chosen.Name()
+	}
+	return l.Name()
+}
+
+// IsTempName reports whether a file or folder name is a temporary one that
+// is never uploaded and keeps its step from completing: "*.tmp" (DCP's
+// .metadata.tmp, most atomic writers), "*.temp", "*.partial", "*~",
+// NeMo's "*-unfinished" marker, and Hugging Face's "tmp-checkpoint-*".
+func IsTempName(name string) bool {
+	for _, suf := range []string{".tmp", ".temp", ".partial", "~", "-unfinished"} {
+		if strings.HasSuffix(name, suf) {
+			return true
+		}
+	}
+	return strings.HasPrefix(name, "tmp-checkpoint-")
+}
+
+var (
+	rankDistcp  = regexp.MustCompile(`^__(\d+)_\d+\.distcp$`)
+	rankZero    = regexp.MustCompile(`zero_pp_rank_(\d+)_mp_rank_(\d+)`)
+	rankRNG     = regexp.MustCompile(`^rng_state_(\d+)\.pth$`)
+	rankPlain   = regexp.MustCompile(`(?:^|[-_.])rank(\d+)(?:[-_.]|$)`)
+	rankMegaDir = regexp.MustCompile(`^mp_rank_(\d+)$`)
+)
+
+// RankOf returns the training rank a file belongs to when its path says, or
+// nil for a file shared by all ranks. The same rules serve every layout:
+//
+//   - "__{R}_{n}.distcp" (PyTorch DCP, Composer and Megatron sharded): R.
+//   - "zero_pp_rank_{D}_mp_rank_{M}_*" (DeepSpeed ZeRO): D when M is 0, that
+//     is without model parallelism; otherwise nil, since the global rank
+//     depends on the topology, which the names do not give.
+//   - "rng_state_{R}.pth" (Hugging Face, several processes): R.
+//   - "rank{R}" as a name element ("ep0-ba100-rank3.pt"): R.
+//   - a folder "mp_rank_{T}" (Megatron, tensor parallelism only): T.
+//     "mp_rank_{T}_{P}" (with pipeline stages) and DeepSpeed's
+//     "mp_rank_{M}_model_states.pt" (read by every data-parallel rank) give
+//     nil.
+func RankOf(relPath string) *int {
+	elems := strings.Split(relPath, "/")
+	base := elems[len(elems)-1]
+	if m := rankDistcp.FindStringSubmatch(base); m != nil {
+		return atoiRank(m[1])
+	}
+	if m := rankZero.FindStringSubmatch(base); m != nil {
+		if mp, err := strconv.Atoi(m[2]); err == nil && mp == 0 {
+			return atoiRank(m[1])
+		}
+		return nil
+	}
+	if m := rankRNG.FindStringSubmatch(base); m != nil {
+		return atoiRank(m[1])
+	}
+	if m := rankPlain.FindStringSubmatch(base); m != nil {
+		return atoiRank(m[1])
+	}
+	for _, dir := range elems[:len(elems)-1] {
+		if m := rankMegaDir.FindStringSubmatch(dir); m != nil {
+			return atoiRank(m[1])
+		}
+	}
+	return nil
+}
+
+func atoiRank(s string) *int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 1<<24 {
+		return nil
+	}
+	return &n
+}
+
+// parseStep parses a step number from decimal digits, within the range the
+// manifest keys can hold.
+func parseStep(digits string) (int64, bool) {
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n < 0 || n > manifest.MaxStep {
+		return 0, false
+	}
+	return n, true
+}
+
+// folderStep collects the contents of a step folder: regular files with
+// their ranks, links inside it, temporary names and entry errors. Files and
+// links below a temporary folder are left out with it.
+func folderStep(t *Tree, root string, number int64) Candidate {
+	c := Candidate{Step: Step{Number: number, Root: root}}
+	if e, ok := t.Get(root); ok && e.Err != nil {
+		c.Errs = append(c.Errs, fmt.Errorf("list %s: %w", root, e.Err))
+	}
+	var walk func(dir string)
+	walk = func(dir string) {
+		for _, e := range t.Children(dir) {
+			switch {
+			case IsTempName(e.Name()):
+				c.Temps = append(c.Temps, e.Path)
+				continue
+			case e.Err != nil:
+				c.Errs = append(c.Errs, fmt.Errorf("%s: %w", e.Path, e.Err))
+			}
+			addEntry(&c, e)
+			if e.IsDir() {
+				walk(e.Path)
+			}
+		}
+	}
+	walk(root)
+	return c
+}
+
+// addEntry adds a regular file or a link to a candidate; other entries are
+// never part of a step.
+func addEntry(c *Candidate, e Entry) {
+	switch {
+	case e.Err != nil:
+	case e.IsRegular():
+		c.Step.Files = append(c.Step.Files, File{RelPath: e.Path, Size: e.Size, ModTime: e.ModTime, Rank: RankOf(e.Path)})
+	case e.IsSymlink():
+		c.Step.Symlinks = append(c.Step.Symlinks, Symlink{RelPath: e.Path, Target: e.Target})
+	}
+}
+
+// numberedDirs returns the folders directly in the root whose names match
+// re, with the step number from re's first group.
+func numberedDirs(t *Tree, re *regexp.Regexp) map[int64]string {
+	out := map[int64]string{}
+	for _, e := range t.Children("") {
+		if !e.IsDir() {
+			continue
+		}
+		if m := re.FindStringSubmatch(e.Name()); m != nil {
+			if n, ok := parseStep(m[1]); ok {
+				out[n] = e.Path
+			}
+		}
+	}
+	return out
+}
+
+// pointerStep reads a pointer file ("latest") and parses the step it
+// names with re; ok is false when the file is absent or unreadable or
+// names no step.
+func pointerStep(t *Tree, p string, re *regexp.Regexp) (int64, bool) {
+	data, err := t.ReadSmall(p)
+	if err != nil {
+		return 0, false
+	}
+	m := re.FindStringSubmatch(strings.TrimSpace(string(data)))
+	if m == nil {
+		return 0, false
+	}
+	return parseStep(m[1])
+}
+
+// sortStep puts a candidate's lists in path order.
+func sortStep(s *Step) {
+	sort.Slice(s.Files, func(i, j int) bool { return s.Files[i].RelPath < s.Files[j].RelPath })
+	sort.Slice(s.Symlinks, func(i, j int) bool { return s.Symlinks[i].RelPath < s.Symlinks[j].RelPath })
+	sort.Slice(s.Generated, func(i, j int) bool { return s.Generated[i].RelPath < s.Generated[j].RelPath })
+}

@@ -1,0 +1,180 @@
+package detect
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestScanLayouts(t *testing.T) {
+	tests := []struct {
+		tree    string
+		layout  string
+		opts    Options
+		prepare func(t *testing.T, dir string)
+		want    [][]string
+	}{
+		{
+			tree: "composer", layout: "composer",
+			prepare: func(t *testing.T, dir string) {
+				symlink(t, dir, "latest-rank0.pt", "ep1-ba200-rank0.pt")
+				symlink(t, dir, "latest-rank1.pt", "ep1-ba200-rank1.pt")
+			},
+			want: [][]string{
+				{`step 100 root ""`, "ep0-ba100-rank0.pt@0", "ep0-ba100-rank1.pt@1",
+					"latest-rank0.pt -> ep0-ba100-rank0.pt", "latest-rank1.pt -> ep0-ba100-rank1.pt"},
+				{`step 200 root ""`, "ep1-ba200-rank0.pt@0", "ep1-ba200-rank1.pt@1",
+					"latest-rank0.pt -> ep1-ba200-rank0.pt", "latest-rank1.pt -> ep1-ba200-rank1.pt"},
+			},
+		},
+		{
+			tree: "composer-sharded", layout: "composer",
+			prepare: func(t *testing.T, dir string) {
+				symlink(t, dir, "latest-rank0.pt", "ep0-ba300")
+			},
+			want: [][]string{
+				{`step 300 root "ep0-ba300"`, "ep0-ba300/.metadata", "ep0-ba300/__0_0.distcp@0", "ep0-ba300/__1_0.distcp@1",
+					"latest-rank0.pt -> ep0-ba300"},
+			},
+		},
+		{
+			tree: "dcp", layout: "dcp",
+			want: [][]string{
+				{`step 100 root "step_100"`, "step_100/.metadata", "step_100/__0_0.distcp@0", "step_100/__1_0.distcp@1"},
+			},
+		},
+		{
+			tree: "deepspeed", layout: "deepspeed",
+			want: [][]string{
+				{`step 100 root "global_step100"`, "global_step100/mp_rank_00_model_states.pt",
+					"global_step100/zero_pp_rank_0_mp_rank_00_optim_states.pt@0",
+					"global_step100/zero_pp_rank_1_mp_rank_00_optim_states.pt@1",
+					"latest = global_step100"},
+				{`step 200 root "global_step200"`, "global_step200/mp_rank_00_model_states.pt",
+					"global_step200/zero_pp_rank_0_mp_rank_00_optim_states.pt@0",
+					"global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt@1",
+					"latest = global_step200"},
+			},
+		},
+		{
+			tree: "megatron", layout: "megatron",
+			want: [][]string{
+				{`step 100 root "iter_0000100"`, "iter_0000100/mp_rank_00/model_optim_rng.pt@0",
+					"iter_0000100/mp_rank_01/model_optim_rng.pt@1",
+					"latest_checkpointed_iteration.txt = 100"},
+			},
+		},
+		{
+			tree: "hf", layout: "hf",
+			want: [][]string{
+				{`step 500 root "checkpoint-500"`, "checkpoint-500/config.json", "checkpoint-500/model.safetensors",
+					"checkpoint-500/optimizer.pt", "checkpoint-500/rng_state.pth", "checkpoint-500/scheduler.pt",
+					"checkpoint-500/trainer_state.json", "checkpoint-500/training_args.bin"},
+				{`step 1000 root "checkpoint-1000"`, "checkpoint-1000/config.json", "checkpoint-1000/model.safetensors",
+					"checkpoint-1000/optimizer.pt", "checkpoint-1000/rng_state_0.pth@0", "checkpoint-1000/rng_state_1.pth@1",
+					"checkpoint-1000/scheduler.pt", "checkpoint-1000/trainer_state.json", "checkpoint-1000/training_args.bin"},
+			},
+		},
+		{
+			tree: "flat", layout: "flat", opts: Options{StepPattern: `^model-(\d+)\.pt$`},
+			want: [][]string{
+				{`step 100 root ""`, "model-100.pt"},
+				{`step 200 root ""`, "model-200.pt"},
+			},
+		},
+		{
+			tree: "flat", layout: "flat", opts: Options{StepPattern: `-(\d+)`},
+			want: [][]string{
+				{`step 100 root ""`, "model-100.pt"},
+				{`step 200 root ""`, "eval-200/scores.json", "model-200.pt"},
+			},
+		},
+		{
+			tree: "flat", layout: "flat", opts: Options{CounterStart: 7},
+			want: [][]string{
+				{`step 7 root "eval-200"`, "eval-200/scores.json"},
+				{`step 8 root ""`, "model-100.pt"},
+				{`step 9 root ""`, "model-200.pt"},
+				{`step 10 root ""`, "notes.txt"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		for _, layout := range []string{tt.layout, "auto"} {
+			if layout == "auto" && tt.layout == "flat" {
+				continue // auto never picks flat
+			}
+			t.Run(tt.tree+"/"+layout, func(t *testing.T) {
+				dir := copyTree(t, tt.tree)
+				if tt.prepare != nil {
+					tt.prepare(t, dir)
+				}
+				opts := tt.opts
+				opts.Dir, opts.Layout = dir, layout
+				w := newWatcher(t, opts)
+				steps, err := w.Scan()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := describeAll(steps); !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("steps:\n got %q\nwant %q", got, tt.want)
+				}
+				if layout == "auto" {
+					if got := effectiveName(mustLayout(t, w)); got != tt.layout {
+						t.Errorf("auto picked %q, want %q", got, tt.layout)
+					}
+				}
+			})
+		}
+	}
+}
+
+// mustLayout returns the layout a Scan picked: Scan uses its own engine, so
+// run the auto choice on the watcher's engine as Run would.
+func mustLayout(t *testing.T, w *Watcher) Layout {
+	t.Helper()
+	if err := w.rescan(nil); err != nil {
+		t.Fatal(err)
+	}
+	w.layout.Recognize(w.tree)
+	return w.layout
+}
+
+func TestRankOf(t *testing.T) {
+	tests := map[string]int{
+		"ep0-ba100-rank3.pt":                             3,
+		"step_1/__12_0.distcp":                           12,
+		"zero_pp_rank_5_mp_rank_00_optim_states.pt":      5,
+		"bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt": 2,
+		"ckpt/rng_state_7.pth":                           7,
+		"iter_0000100/mp_rank_03/model_optim_rng.pt":     3,
+	}
+	for p, want := range tests {
+		if got := RankOf(p); got == nil || *got != want {
+			t.Errorf("RankOf(%q) = %v, want %d", p, got, want)
+		}
+	}
+	for _, p := range []string{
+		"global_step1/mp_rank_00_model_states.pt",
+		"zero_pp_rank_1_mp_rank_01_optim_states.pt",
+		"iter_0000100/mp_rank_00_001/model_optim_rng.pt",
+		"checkpoint-5/rng_state.pth",
+		".metadata", "latest", "frank3.pt",
+	} {
+		if got := RankOf(p); got != nil {
+			t.Errorf("RankOf(%q) = %d, want nil", p, *got)
+		}
+	}
+}
+
+func TestIsTempName(t *testing.T) {
+	for _, n := range []string{".metadata.tmp", "x.pt.tmp", "a.temp", "b.partial", "c~", "ckpt-unfinished", "tmp-checkpoint-5"} {
+		if !IsTempName(n) {
+			t.Errorf("IsTempName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{".metadata", "tmp.pt", "latest", "checkpoint-5"} {
+		if IsTempName(n) {
+			t.Errorf("IsTempName(%q) = true", n)
+		}
+	}
+}

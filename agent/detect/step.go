@@ -1,0 +1,118 @@
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Step is one checkpoint step as found on disk.
+type Step struct {
+	// Number is the training step (batch, iteration) the layout read from
+	// the names on disk, or the counter value for the flat layout without a
+	// step pattern.
+	Number int64
+	// Root is the step's folder relative to the watched root, or "" when the
+	// step is made of files lying directly in the root (Composer's
+	// single-file checkpoints, flat files).
+	Root string
+	// Files are the step's regular files, sorted by path.
+	Files []File
+	// Symlinks are links that belong to the step and point inside the root,
+	// sorted by path.
+	Symlinks []Symlink
+	// Generated are small files the layout synthesises for this step rather
+	// than reading them from disk: the framework's "latest" pointer as it
+	// read when this step was the latest one. The live pointer is rewritten
+	// in place at every save and may already name a newer step, so it is
+	// never one of Files. Restoring Files plus Generated gives the trainer a
+	// tree it resumes from at exactly this step.
+	Generated []Generated
+}
+
+// File is a regular file of a step.
+type File struct {
+	// RelPath is slash-separated and relative to the watched root.
+	RelPath string
+	// Size and ModTime are as observed when the step was found complete;
+	// an uploader should check them again when it opens the file.
+	Size    int64
+	ModTime time.Time
+	// Rank is the training rank the file belongs to when its name says
+	// (see RankOf), nil for files shared by all ranks.
+	Rank *int
+}
+
+// Symlink is a symbolic link of a step.
+type Symlink struct {
+	// RelPath is slash-separated and relative to the watched root.
+	RelPath string
+	// Target is relative to the link's directory and resolves inside the
+	// root. It is the link's own text when that already is so; an absolute
+	// target, or one that leaves the root on the way, is rewritten to the
+	// relative path of the file it resolves to.
+	Target string
+}
+
+// Generated is a small file synthesised for a step (see Step.Generated).
+type Generated struct {
+	// RelPath is slash-separated and relative to the watched root.
+	RelPath string
+	// Data is the file's whole content.
+	Data []byte
+}
+
+// TotalBytes returns the sum of the sizes of the step's files.
+func (s *Step) TotalBytes() int64 {
+	var n int64
+	for _, f := range s.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// EventKind says what happened to a step.
+type EventKind int
+
+const (
+	// Complete: the step is completely written and may be uploaded.
+	Complete EventKind = iota + 1
+	// Deleted: a step reported Complete has disappeared, or its files
+	// changed after the report (Event.Err wraps ErrChanged then). An
+	// upload in progress must be aborted and not committed. A changed step
+	// that settles again is reported Complete again.
+	Deleted
+	// Error: the step is otherwise complete but cannot be read (for
+	// example permission denied). It is reported again only if the error
+	// changes, and Complete follows if the problem is fixed.
+	Error
+)
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case Complete:
+		return "complete"
+	case Deleted:
+		return "deleted"
+	case Error:
+		return "error"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is what the Watcher sends for a step.
+type Event struct {
+	Kind EventKind
+	// Step is the step as found (Complete, Error) or as last reported
+	// (Deleted).
+	Step Step
+	// Err is set for Error events, and for Deleted events of steps that
+	// changed rather than vanished.
+	Err error
+}
+
+// ErrChanged is wrapped by a Deleted event's Err when a reported step's
+// files were modified, removed or added rather than the whole step vanishing:
+// the trainer rewrote the step, or the report came too early.
+var ErrChanged = errors.New("step changed after it was reported complete")

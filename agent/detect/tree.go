@@ -1,0 +1,279 @@
+package detect
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Entry is one path of the watched tree as last observed.
+type Entry struct {
+	// Path is slash-separated and relative to the root; "" is the root.
+	Path string
+	// Type holds the type bits of the mode: 0 for a regular file,
+	// fs.ModeDir, fs.ModeSymlink, or another type (never part of a step).
+	Type fs.FileMode
+	// Size and ModTime are from lstat.
+	Size    int64
+	ModTime time.Time
+	// Target is a symlink's text.
+	Target string
+	// Err is set when the entry could not be examined (a directory that
+	// cannot be listed, a link that cannot be read).
+	Err error
+}
+
+// IsDir reports whether the entry is a directory (not a link to one).
+func (e Entry) IsDir() bool { return e.Type == fs.ModeDir }
+
+// IsRegular reports whether the entry is a regular file.
+func (e Entry) IsRegular() bool { return e.Type == 0 }
+
+// IsSymlink reports whether the entry is a symbolic link.
+func (e Entry) IsSymlink() bool { return e.Type == fs.ModeSymlink }
+
+// Name returns the last element of the entry's path.
+func (e Entry) Name() string { return path.Base(e.Path) }
+
+// Tree is the watcher's picture of the directory: metadata only, updated
+// incrementally from fsnotify events and rescans. Layouts read it; only the
+// watcher changes it. Symbolic links are entries, never descended into.
+type Tree struct {
+	root     string
+	entries  map[string]*Entry
+	children map[string]map[string]struct{}
+}
+
+func newTree(root string) *Tree {
+	return &Tree{
+		root:     root,
+		entries:  map[string]*Entry{},
+		children: map[string]map[string]struct{}{},
+	}
+}
+
+// Root returns the absolute directory the tree describes.
+func (t *Tree) Root() string { return t.root }
+
+// Get returns the entry at p.
+func (t *Tree) Get(p string) (Entry, bool) {
+	e, ok := t.entries[p]
+	if !ok {
+		return Entry{}, false
+	}
+	return *e, true
+}
+
+// Children returns the entries directly inside dir, sorted by name.
+func (t *Tree) Children(dir string) []Entry {
+	names := t.children[dir]
+	out := make([]Entry, 0, len(names))
+	for name := range names {
+		out = append(out, *t.entries[join(dir, name)])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Walk calls fn for every entry below dir (not dir itself), parents before
+// children, siblings sorted by name.
+func (t *Tree) Walk(dir string, fn func(Entry)) {
+	for _, e := range t.Children(dir) {
+		fn(e)
+		if e.IsDir() {
+			t.Walk(e.Path, fn)
+		}
+	}
+}
+
+// maxSmallFile bounds ReadSmall: pointer files hold a tag or a number.
+const maxSmallFile = 4096
+
+// ReadSmall reads the first 4 KiB of the regular file at p: enough for the
+// pointer files layouts consult (DeepSpeed's latest, Megatron's tracker).
+func (t *Tree) ReadSmall(p string) ([]byte, error) {
+	e, ok := t.entries[p]
+	if !ok || !e.IsRegular() {
+		return nil, fs.ErrNotExist
+	}
+	f, err := os.Open(t.abs(p))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxSmallFile))
+}
+
+func (t *Tree) abs(p string) string {
+	if p == "" {
+		return t.root
+	}
+	return filepath.Join(t.root, filepath.FromSlash(p))
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func parent(p string) string {
+	d := path.Dir(p)
+	if d == "." {
+		return ""
+	}
+	return d
+}
+
+// set records e, replacing whatever was at its path; a directory replaced by
+// something else loses its subtree.
+func (t *Tree) set(e Entry) {
+	if old, ok := t.entries[e.Path]; ok && old.IsDir() && !e.IsDir() {
+		t.remove(e.Path)
+	}
+	t.entries[e.Path] = &e
+	if e.Path != "" {
+		dir := parent(e.Path)
+		kids := t.children[dir]
+		if kids == nil {
+			kids = map[string]struct{}{}
+			t.children[dir] = kids
+		}
+		kids[path.Base(e.Path)] = struct{}{}
+	}
+}
+
+// remove forgets p and everything below it.
+func (t *Tree) remove(p string) {
+	for name := range t.children[p] {
+		t.remove(join(p, name))
+	}
+	delete(t.children, p)
+	delete(t.entries, p)
+	if p != "" {
+		if kids := t.children[parent(p)]; kids != nil {
+			delete(kids, path.Base(p))
+		}
+	}
+}
+
+func entryFromInfo(p string, fi fs.FileInfo) Entry {
+	return Entry{Path: p, Type: fi.Mode().Type(), Size: fi.Size(), ModTime: fi.ModTime()}
+}
+
+// watchFunc is called for every directory before it is listed, so that
+// an fsnotify watch covers whatever appears after the listing. A nil
+// watchFunc watches nothing (poll mode, one-shot scans).
+type watchFunc func(rel string)
+
+// scanDir lists dir (already known to be a directory) and brings its
+// children up to date: new ones added, vanished ones removed with their
+// subtrees, all re-examined. New subdirectories are always scanned; known
+// ones only when recursive.
+func (t *Tree) scanDir(dir string, recursive bool, watch watchFunc) error {
+	if watch != nil {
+		watch(dir)
+	}
+	des, err := os.ReadDir(t.abs(dir))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			t.remove(dir)
+			return nil
+		}
+		if e, ok := t.entries[dir]; ok {
+			e.Err = err
+		}
+		return err
+	}
+	if e, ok := t.entries[dir]; ok {
+		e.Err = nil
+	}
+	present := make(map[string]struct{}, len(des))
+	for _, de := range des {
+		present[de.Name()] = struct{}{}
+	}
+	for name := range t.children[dir] {
+		if _, ok := present[name]; !ok {
+			t.remove(join(dir, name))
+		}
+	}
+	for _, de := range des {
+		p := join(dir, de.Name())
+		old, known := t.entries[p]
+		wasDir := known && old.IsDir()
+		if !t.refreshEntry(p) {
+			continue
+		}
+		if e := t.entries[p]; e.IsDir() && (recursive || !wasDir) {
+			// A listing error lands in the directory's Err.
+			_ = t.scanDir(p, true, watch)
+		}
+	}
+	return nil
+}
+
+// refreshEntry lstats p and records what it finds; it reports whether p
+// still exists. Directories are not listed.
+func (t *Tree) refreshEntry(p string) bool {
+	fi, err := os.Lstat(t.abs(p))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			t.remove(p)
+			return false
+		}
+		// Kept as an entry so that the step holding it reports the error
+		// instead of looking complete without it.
+		t.set(Entry{Path: p, Err: err, Type: fs.ModeIrregular})
+		return true
+	}
+	e := entryFromInfo(p, fi)
+	if e.IsSymlink() {
+		e.Target, e.Err = os.Readlink(t.abs(p))
+	}
+	if old, ok := t.entries[p]; ok && old.IsDir() && e.IsDir() {
+		e.Err = old.Err // keep a listing error until the next listing
+	}
+	t.set(e)
+	return true
+}
+
+// refresh brings the tree up to date for one path named by an event: it
+// re-examines p, lists p if it became a directory, and drops p's subtree if
+// p vanished. Events about paths whose parent is unknown (already removed,
+// or below a link) are ignored: the parent's own event or a rescan covers
+// them.
+func (t *Tree) refresh(p string, watch watchFunc) {
+	if p != "" {
+		if pe, ok := t.entries[parent(p)]; !ok || !pe.IsDir() {
+			return
+		}
+	}
+	old, known := t.entries[p]
+	wasDir := known && old.IsDir()
+	if !t.refreshEntry(p) {
+		return
+	}
+	if e := t.entries[p]; e.IsDir() && !wasDir {
+		_ = t.scanDir(p, true, watch)
+	}
+}
+
+// scanAll rescans the whole tree; it fails only if the root cannot be
+// listed.
+func (t *Tree) scanAll(watch watchFunc) error {
+	fi, err := os.Stat(t.root)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return &fs.PathError{Op: "watch", Path: t.root, Err: errors.New("not a directory")}
+	}
+	t.set(Entry{Path: "", Type: fs.ModeDir, ModTime: fi.ModTime()})
+	return t.scanDir("", true, watch)
+}

@@ -1,0 +1,270 @@
+package detect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// Watcher watches one checkpoint directory and reports its steps. Run does
+// the watching; Scan is a one-shot look. A Watcher remembers which steps it
+// reported for as long as it lives, across successive calls to Run.
+type Watcher struct {
+	*engine
+	states  map[string]*stepState
+	counter int64
+	// evals counts evaluations, so tests can see that an idle watcher
+	// does nothing.
+	evals int
+
+	fsw        *fsnotify.Watcher
+	watchErred bool
+	running    atomic.Bool
+
+	mu      sync.Mutex
+	forgets []int64
+	wake    chan struct{}
+}
+
+// New checks the options and returns a Watcher. The directory need not
+// exist yet; Run and Scan fail if it does not.
+func New(opts Options) (*Watcher, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, fmt.Errorf("detect: %w", err)
+	}
+	e, err := newEngine(o, openForRead)
+	if err != nil {
+		return nil, err
+	}
+	return &Watcher{
+		engine:  e,
+		states:  map[string]*stepState{},
+		counter: o.CounterStart,
+		wake:    make(chan struct{}, 1),
+	}, nil
+}
+
+// LayoutName returns the layout in use: the one auto chose once it has,
+// else the configured name.
+func (w *Watcher) LayoutName() string { return effectiveName(w.layout) }
+
+// Forget drops a reported step from the watcher's memory: if it is still
+// on disk it is reported Complete again once settled (after asking
+// Options.AlreadyDone), and its disappearance no longer yields Deleted. A
+// caller whose upload of a step failed uses it to have the step offered
+// again. Safe to call from any goroutine, also while Run runs.
+func (w *Watcher) Forget(step int64) {
+	w.mu.Lock()
+	w.forgets = append(w.forgets, step)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) applyForgets() {
+	w.mu.Lock()
+	forgets := w.forgets
+	w.forgets = nil
+	w.mu.Unlock()
+	for _, n := range forgets {
+		for id, st := range w.states {
+			if st.reported && st.step.Number == n {
+				delete(w.states, id)
+			}
+		}
+	}
+}
+
+// Run watches the directory and sends events to out until ctx is
+// cancelled, then returns nil. It returns an error if the directory cannot
+// be listed, at start or at a rescan (for example because it was removed).
+// Sends block: a slow reader delays watching, and events lost meanwhile by
+// fsnotify are recovered by the rescan that follows an overflow. Run owns
+// no goroutine but its caller's; only one Run may be active at a time.
+func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("detect: Run is already running")
+	}
+	defer w.running.Store(false)
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	interval := w.opts.Rescan
+	if w.opts.Poll {
+		interval = w.opts.PollInterval
+	} else {
+		fsw, err := fsnotify.NewWatcher()
+		if err != nil {
+			w.log.Warn("fsnotify unavailable; polling instead", zap.Error(err), zap.Duration("interval", w.opts.PollInterval))
+			interval = w.opts.PollInterval
+		} else {
+			w.fsw = fsw
+			events, errs = fsw.Events, fsw.Errors
+			defer func() {
+				fsw.Close()
+				w.fsw = nil
+			}()
+		}
+	}
+	l := &loop{w: w, ctx: ctx, out: out, dirty: map[string]struct{}{}}
+	l.debounce = stoppedTimer()
+	l.settle = stoppedTimer()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	if err := l.rescanAndEvaluate(); err != nil {
+		return l.result(err)
+	}
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return errors.New("detect: fsnotify closed its event channel")
+			}
+			l.event(ev)
+		case e, ok := <-errs:
+			if !ok {
+				return errors.New("detect: fsnotify closed its error channel")
+			}
+			err = l.fsnotifyError(e)
+		case <-l.debounce.C:
+			err = l.applyEvents()
+		case <-l.settle.C:
+			w.refreshDue(time.Now())
+			err = l.evaluate(nil)
+		case <-ticker.C:
+			err = l.rescanAndEvaluate()
+		case <-w.wake:
+			err = l.evaluate(nil)
+		}
+		if err != nil {
+			return l.result(err)
+		}
+	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// loop is the state of one Run.
+type loop struct {
+	w        *Watcher
+	ctx      context.Context
+	out      chan<- Event
+	dirty    map[string]struct{}
+	debounce *time.Timer
+	armed    bool
+	settle   *time.Timer
+}
+
+// result maps the end of Run: cancellation is not an error.
+func (l *loop) result(err error) error {
+	if l.ctx.Err() != nil && errors.Is(err, l.ctx.Err()) {
+		return nil
+	}
+	return err
+}
+
+// event notes the path an fsnotify event names; the debounce window
+// collects a burst into one evaluation.
+func (l *loop) event(ev fsnotify.Event) {
+	rel, err := filepath.Rel(l.w.tree.root, ev.Name)
+	if err != nil {
+		return
+	}
+	rel = filepath.ToSlash(rel)
+	if rel == "." {
+		rel = ""
+	} else if !insideRel(rel) {
+		return
+	}
+	l.dirty[rel] = struct{}{}
+	if !l.armed {
+		l.armed = true
+		l.debounce.Reset(l.w.opts.Debounce)
+	}
+}
+
+func (l *loop) applyEvents() error {
+	l.armed = false
+	dirty := l.dirty
+	l.dirty = map[string]struct{}{}
+	for p := range dirty {
+		l.w.tree.refresh(p, l.w.watchDir)
+	}
+	if _, ok := l.w.tree.Get(""); !ok {
+		return fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)
+	}
+	return l.evaluate(dirty)
+}
+
+func (l *loop) fsnotifyError(err error) error {
+	if errors.Is(err, fsnotify.ErrEventOverflow) {
+		l.w.log.Warn("fsnotify queue overflowed; rescanning", zap.String("dir", l.w.tree.root))
+		return l.rescanAndEvaluate()
+	}
+	l.w.log.Warn("fsnotify error", zap.Error(err))
+	return nil
+}
+
+func (l *loop) rescanAndEvaluate() error {
+	if err := l.w.rescan(l.w.watchDir); err != nil {
+		return fmt.Errorf("detect: %w", err)
+	}
+	return l.evaluate(nil)
+}
+
+// evaluate runs one evaluation, sends its events and arms the settle timer
+// for the next pending step, if any.
+func (l *loop) evaluate(touched map[string]struct{}) error {
+	l.w.applyForgets()
+	now := time.Now()
+	events, next := l.w.evaluate(now, touched)
+	for _, ev := range events {
+		select {
+		case l.out <- ev:
+		case <-l.ctx.Done():
+			return l.ctx.Err()
+		}
+	}
+	if next.IsZero() {
+		l.settle.Stop()
+	} else {
+		l.settle.Reset(next.Sub(now))
+	}
+	return nil
+}
+
+// watchDir adds an fsnotify watch for a folder; without fsnotify it does
+// nothing. A failure (usually the inotify watch limit) is logged once: the
+// periodic rescan still finds what is written there, only later.
+func (w *Watcher) watchDir(rel string) {
+	if w.fsw == nil {
+		return
+	}
+	if err := w.fsw.Add(w.tree.abs(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if !w.watchErred {
+			w.watchErred = true
+			w.log.Warn("cannot watch folder; it is seen at rescans only (raise fs.inotify.max_user_watches or use polling)",
+				zap.String("dir", w.tree.abs(rel)), zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,1 @@
+# recovery script copied by deepspeed
