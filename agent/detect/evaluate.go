@@ -80,11 +80,14 @@ type stepState struct {
 // since the last evaluation: a file named there has not settled even if its
 // size and time look unchanged (coarse timestamps).
 func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events []Event, next time.Time) {
-	w.evals++
+	w.evals.Add(1)
 	e := w.engine
 	seen := map[string]bool{}
 	var ready []Candidate
-	for _, c := range e.candidates() {
+	cands := e.candidates()
+	name := effectiveName(e.layout)
+	w.chosen.Store(&name)
+	for _, c := range cands {
 		id := c.id()
 		seen[id] = true
 		fp := fingerprintOf(e.tree, &c)

@@ -35,18 +35,7 @@ func newHarness(t *testing.T, dir string, opts Options) *harness {
 	return &harness{t: t, w: newWatcher(t, opts), dir: dir, now: time.Now()}
 }
 
-// eval advances the clock, rescans and evaluates, returning the events as
-// "kind step" strings.
-func (h *harness) eval(advance time.Duration) []string {
-	h.t.Helper()
-	evs := h.events(advance)
-	out := []string{}
-	for _, ev := range evs {
-		out = append(out, fmt.Sprintf("%v %d", ev.Kind, ev.Step.Number))
-	}
-	return out
-}
-
+// events advances the clock, rescans and evaluates.
 func (h *harness) events(advance time.Duration) []Event {
 	h.t.Helper()
 	h.now = h.now.Add(advance)

@@ -23,7 +23,10 @@ type Watcher struct {
 	counter int64
 	// evals counts evaluations, so tests can see that an idle watcher
 	// does nothing.
-	evals int
+	evals atomic.Int64
+	// chosen is the layout's effective name after the last evaluation,
+	// readable while Run runs.
+	chosen atomic.Pointer[string]
 
 	fsw        *fsnotify.Watcher
 	watchErred bool
@@ -58,7 +61,13 @@ func New(opts Options) (*Watcher, error) {
 
 // LayoutName returns the layout in use: the one auto chose once it has,
 // else the configured name.
-func (w *Watcher) LayoutName() string { return effectiveName(w.layout) }
+// Safe to call while Run runs.
+func (w *Watcher) LayoutName() string {
+	if n := w.chosen.Load(); n != nil {
+		return *n
+	}
+	return w.opts.Layout
+}
 
 // Forget drops a reported step from the watcher's memory: if it is still
 // on disk it is reported Complete again once settled (after asking
@@ -145,7 +154,6 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 		case <-l.debounce.C:
 			err = l.applyEvents()
 		case <-l.settle.C:
-			w.refreshDue(time.Now())
 			err = l.evaluate(nil)
 		case <-ticker.C:
 			err = l.rescanAndEvaluate()
@@ -233,10 +241,12 @@ func (l *loop) rescanAndEvaluate() error {
 }
 
 // evaluate runs one evaluation, sends its events and arms the settle timer
-// for the next pending step, if any.
+// for the next pending step, if any. Steps whose settle window has ended are
+// re-read from disk first, whatever woke the loop.
 func (l *loop) evaluate(touched map[string]struct{}) error {
 	l.w.applyForgets()
 	now := time.Now()
+	l.w.refreshDue(now)
 	events, next := l.w.evaluate(now, touched)
 	for _, ev := range events {
 		select {
@@ -255,7 +265,9 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 
 // watchDir adds an fsnotify watch for a folder; without fsnotify it does
 // nothing. A failure (usually the inotify watch limit) is logged once: the
-// periodic rescan still finds what is written there, only later.
+// periodic rescan still finds what is written there, only later. Every
+// rescan adds the watches again (adding an existing one is harmless), which
+// also repairs a watch fsnotify dropped when a folder was renamed.
 func (w *Watcher) watchDir(rel string) {
 	if w.fsw == nil {
 		return

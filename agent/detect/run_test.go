@@ -1,0 +1,174 @@
+package detect
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Run tests use a short settle window and wait for events, never for time
+// to pass: a slow machine makes them slower, not flaky.
+const (
+	runSettle   = 300 * time.Millisecond
+	runDebounce = 50 * time.Millisecond
+)
+
+func runOpts(dir, layout string) Options {
+	return Options{Dir: dir, Layout: layout, Settle: runSettle, Debounce: runDebounce}
+}
+
+func TestRunGrowingFileIsNotReportedUntilSettled(t *testing.T) {
+	dir := t.TempDir()
+	opts := runOpts(dir, "flat")
+	opts.StepPattern = `^model-(\d+)\.pt$`
+	opts.Settle = 2 * time.Second // 20 times the writer's pauses
+	w := newWatcher(t, opts)
+	r := start(t, w)
+
+	const chunks, chunk = 15, 4096
+	var finished atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer finished.Store(true)
+		f, err := os.Create(filepath.Join(dir, "model-100.pt"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		buf := make([]byte, chunk)
+		for i := 0; i < chunks; i++ {
+			if _, err := f.Write(buf); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // longer than the debounce, shorter than settle
+		}
+	}()
+	ev := r.expect(Complete, 100)
+	if !finished.Load() {
+		t.Error("step reported while its file was still being written")
+	}
+	wg.Wait()
+	if got := ev.Step.Files[0].Size; got != chunks*chunk {
+		t.Errorf("reported size %d, want %d", got, chunks*chunk)
+	}
+}
+
+func TestRunDCPCompletesOnRename(t *testing.T) {
+	dir := t.TempDir()
+	w := newWatcher(t, runOpts(dir, "dcp"))
+	r := start(t, w)
+	write(t, dir, "step_100/__0_0.distcp", "shard 0")
+	write(t, dir, "step_100/__1_0.distcp", "shard 1")
+	write(t, dir, "step_100/.metadata.tmp", "md")
+	// A later step that completes proves the watcher evaluated step_100's
+	// settled files too, and did not report them.
+	write(t, dir, "step_50/__0_0.distcp", "shard 0")
+	write(t, dir, "step_50/.metadata", "md")
+	r.expect(Complete, 50)
+	if err := os.Rename(filepath.Join(dir, "step_100/.metadata.tmp"), filepath.Join(dir, "step_100/.metadata")); err != nil {
+		t.Fatal(err)
+	}
+	ev := r.expect(Complete, 100)
+	if len(ev.Step.Files) != 3 || ev.Step.Files[0].RelPath != "step_100/.metadata" {
+		t.Errorf("files %v", ev.Step.Files)
+	}
+}
+
+func TestRunNestedFoldersAndDeletion(t *testing.T) {
+	dir := t.TempDir()
+	w := newWatcher(t, runOpts(dir, "megatron"))
+	r := start(t, w)
+	// Folders created faster than watches can be added: the listing after
+	// each new watch finds what the events missed.
+	write(t, dir, "iter_0000100/mp_rank_00/model_optim_rng.pt", "tp0")
+	write(t, dir, "iter_0000100/mp_rank_01/model_optim_rng.pt", "tp1")
+	write(t, dir, "latest_checkpointed_iteration.txt", "100")
+	ev := r.expect(Complete, 100)
+	if len(ev.Step.Files) != 2 {
+		t.Errorf("files %v", ev.Step.Files)
+	}
+	// A pending step deleted gives nothing; a reported one gives Deleted.
+	write(t, dir, "iter_0000200/mp_rank_00/model_optim_rng.pt", "tp0")
+	if err := os.RemoveAll(filepath.Join(dir, "iter_0000200")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "iter_0000100")); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(Deleted, 100)
+	write(t, dir, "iter_0000300/mp_rank_00/model_optim_rng.pt", "tp0")
+	write(t, dir, "latest_checkpointed_iteration.txt", "300")
+	r.expect(Complete, 300)
+}
+
+func TestRunRestartWithAlreadyDone(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "checkpoint-10/model.safetensors", "m")
+	write(t, dir, "checkpoint-10/trainer_state.json", "{}")
+	w := newWatcher(t, runOpts(dir, "hf"))
+	r := start(t, w)
+	r.expect(Complete, 10)
+	r.stop()
+
+	committed := map[int64]bool{10: true}
+	opts := runOpts(dir, "hf")
+	opts.AlreadyDone = func(s Step) bool { return committed[s.Number] }
+	w2 := newWatcher(t, opts)
+	r2 := start(t, w2)
+	write(t, dir, "checkpoint-20/model.safetensors", "m")
+	write(t, dir, "checkpoint-20/trainer_state.json", "{}")
+	// Events of one evaluation come in step order, so a duplicate of 10
+	// would come first.
+	r2.expect(Complete, 20)
+}
+
+func TestRunPoll(t *testing.T) {
+	dir := t.TempDir()
+	opts := runOpts(dir, "auto")
+	opts.Poll, opts.PollInterval = true, 100*time.Millisecond
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	write(t, dir, "global_step5/mp_rank_00_model_states.pt", "m")
+	write(t, dir, "latest", "global_step5")
+	ev := r.expect(Complete, 5)
+	if w.LayoutName() != "deepspeed" {
+		t.Errorf("layout %q", w.LayoutName())
+	}
+	if len(ev.Step.Generated) != 1 {
+		t.Errorf("generated %v", ev.Step.Generated)
+	}
+}
+
+func TestRunForget(t *testing.T) {
+	dir := copyTree(t, "dcp")
+	w := newWatcher(t, runOpts(dir, "dcp"))
+	r := start(t, w)
+	r.expect(Complete, 100)
+	w.Forget(100)
+	r.expect(Complete, 100)
+}
+
+func TestRunIdleDoesNothing(t *testing.T) {
+	dir := copyTree(t, "hf")
+	opts := runOpts(dir, "hf")
+	opts.Rescan = time.Hour
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	r.expect(Complete, 500)
+	r.expect(Complete, 1000)
+	// checkpoint-1500 waits for its marker: no timer may be armed for it.
+	// Nothing at all may happen now, so any evaluation is a failure and
+	// the wait needs no tuning.
+	n := w.evals.Load()
+	time.Sleep(time.Second)
+	if got := w.evals.Load(); got != n {
+		t.Errorf("%d evaluations while idle", got-n)
+	}
+}
