@@ -1,0 +1,221 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+func TestCorruptObject(t *testing.T) {
+	st := &hookStore{Store: store.NewMemStore()}
+	data := randBytes(2*mib+5, 1)
+	m := commit(t, st, 1000, []tfile{{path: "rank0.pt", data: data}}, nil)
+	bad := bytes.Clone(data)
+	bad[mib+3] ^= 0xff
+	overwrite(t, st, m.Files[0].Key, bad)
+	dir := t.TempDir()
+
+	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1000, ChunkSize: mib})
+	want := fmt.Sprintf("restore step 1000: restore rank0.pt: BLAKE3 mismatch: got %s, manifest says %s", b3(bad), b3(data))
+	if err == nil || err.Error() != want || !errors.Is(err, ErrHashMismatch) {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	if n := len(st.gets(m.Files[0].Key)); n != 6 {
+		t.Errorf("%d GETs, want 3 chunks downloaded twice", n)
+	}
+	assertAbsent(t, filepath.Join(dir, "rank0.pt"))
+	assertNoTemps(t, dir)
+}
+
+func TestCorruptObjectKeepsOldFile(t *testing.T) {
+	st := store.NewMemStore()
+	data := randBytes(1000, 1)
+	m := commit(t, st, 1, []tfile{{path: "x.pt", data: data}}, nil)
+	overwrite(t, st, m.Files[0].Key, randBytes(1000, 2))
+	dir := t.TempDir()
+	old := []byte("previous checkpoint")
+	writeFile(t, filepath.Join(dir, "x.pt"), old)
+	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1})
+	if !errors.Is(err, ErrHashMismatch) {
+		t.Fatalf("got %v, want a BLAKE3 mismatch", err)
+	}
+	assertFile(t, filepath.Join(dir, "x.pt"), old)
+	assertNoTemps(t, dir)
+}
+
+// A byte flipped in transit (by a proxy, say) costs one more download of the
+// file, not the restore.
+func TestFlippedByteInTransitIsRetried(t *testing.T) {
+	data := randBytes(3*mib, 1)
+	st := &hookStore{Store: store.NewMemStore(), body: func(key string, off int64, n int, rc io.ReadCloser) io.ReadCloser {
+		if off != mib || n >= 3 { // only during the first download
+			return rc
+		}
+		b, _ := io.ReadAll(rc)
+		b[10] ^= 1
+		return readCloser{bytes.NewReader(b), rc}
+	}}
+	m := commit(t, st, 1, []tfile{{path: "rank0.pt", data: data}}, nil)
+	dir := t.TempDir()
+	res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, filepath.Join(dir, "rank0.pt"), data)
+	if n := len(st.gets(m.Files[0].Key)); n != 6 || res.BytesDownloaded != 2*int64(len(data)) {
+		t.Errorf("%d GETs, %d bytes: want the file downloaded twice", n, res.BytesDownloaded)
+	}
+	assertNoTemps(t, dir)
+}
+
+func TestWrongSize(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stored []byte
+		want   string
+	}{
+		{"shorter", randBytes(mib+10, 1)[:mib+5], "object ended at byte"},
+		{"much shorter", randBytes(10, 1), ""}, // which chunk fails first varies
+		{"longer", append(randBytes(mib+10, 1), 0), "longer than the manifest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := store.NewMemStore()
+			m := commit(t, st, 1000, []tfile{{path: "rank0.pt", data: randBytes(mib+10, 1)}}, nil)
+			overwrite(t, st, m.Files[0].Key, tc.stored)
+			dir := t.TempDir()
+			_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1000, ChunkSize: mib})
+			if err == nil || !strings.HasPrefix(err.Error(), "restore step 1000: download rank0.pt: ") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a download error naming rank0.pt and %q", err, tc.want)
+			}
+			assertAbsent(t, filepath.Join(dir, "rank0.pt"))
+			assertNoTemps(t, dir)
+		})
+	}
+}
+
+func TestMissingObject(t *testing.T) {
+	st := store.NewMemStore()
+	m := commit(t, st, 1000, []tfile{{path: "a/rank0.pt", data: []byte("x")}}, nil)
+	st.Delete(context.Background(), m.Files[0].Key)
+	dir := t.TempDir()
+	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1000})
+	if !errors.Is(err, store.ErrNotExist) || !strings.HasPrefix(err.Error(), "restore step 1000: download a/rank0.pt: ") {
+		t.Fatalf("got %v", err)
+	}
+	if got := tree(t, dir); len(got) != 0 {
+		t.Errorf("target holds %v after a failed restore, want it empty", got)
+	}
+}
+
+// breakingBody returns err after n bytes.
+type breakingBody struct {
+	r   io.Reader
+	n   int
+	err error
+}
+
+func (b *breakingBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, b.err
+	}
+	if len(p) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= n
+	return n, err
+}
+
+func TestBodyBreaksMidStream(t *testing.T) {
+	data := randBytes(3*mib+100, 1)
+	broken := errors.New("connection reset by peer")
+	st := &hookStore{Store: store.NewMemStore(), body: func(key string, off int64, n int, rc io.ReadCloser) io.ReadCloser {
+		if off%mib != 0 {
+			return rc // a re-GET of the remaining range
+		}
+		return readCloser{&breakingBody{r: rc, n: 300 << 10, err: broken}, rc}
+	}}
+	m := commit(t, st, 1, []tfile{{path: "rank0.pt", data: data}}, nil)
+	dir := t.TempDir()
+	res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, filepath.Join(dir, "rank0.pt"), data)
+	if res.BytesDownloaded != int64(len(data)) {
+		t.Errorf("%d bytes downloaded, want %d: only the missing ranges again", res.BytesDownloaded, len(data))
+	}
+	resumed := map[int64]int64{}
+	for _, g := range st.gets(m.Files[0].Key) {
+		if g.off%mib != 0 {
+			resumed[g.off] = g.length
+		}
+	}
+	// Each 1 MiB chunk broke after 300 KiB and was fetched on from there;
+	// the last chunk, 100 bytes, never broke.
+	want := map[int64]int64{300 << 10: mib - 300<<10, mib + 300<<10: mib - 300<<10, 2*mib + 300<<10: mib - 300<<10}
+	if fmt.Sprint(resumed) != fmt.Sprint(want) {
+		t.Errorf("re-GETs (offset: length) %v, want %v", resumed, want)
+	}
+}
+
+func TestBodyKeepsBreaking(t *testing.T) {
+	st := &hookStore{Store: store.NewMemStore(), body: func(key string, off int64, n int, rc io.ReadCloser) io.ReadCloser {
+		if !strings.Contains(key, "/data/") {
+			return rc
+		}
+		return readCloser{&breakingBody{r: rc, n: 0, err: io.ErrUnexpectedEOF}, rc}
+	}}
+	commit(t, st, 1, []tfile{{path: "rank0.pt", data: randBytes(100, 1)}}, nil)
+	dir := t.TempDir()
+	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1})
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "download rank0.pt: bytes 0-99") {
+		t.Fatalf("got %v", err)
+	}
+	if n := len(st.gets(manifest.DataKey(testPrefix, 1, "a1", "rank0.pt"))); n != 1+maxChunkRetries {
+		t.Errorf("%d GETs, want %d", n, 1+maxChunkRetries)
+	}
+	assertNoTemps(t, dir)
+}
+
+// A body that delivers the file's bytes before the extra one must not let
+// the file be placed before the GET has seen the object's end.
+func TestLongerObjectTrickled(t *testing.T) {
+	data := randBytes(100, 1)
+	st := &hookStore{Store: store.NewMemStore(), body: func(key string, off int64, n int, rc io.ReadCloser) io.ReadCloser {
+		if !strings.Contains(key, "/data/") {
+			return rc
+		}
+		// The file's 100 bytes now, the object's extra byte a little later.
+		return readCloser{io.MultiReader(io.LimitReader(rc, 100), &slowReader{rc, 100 * time.Millisecond}), rc}
+	}}
+	m := commit(t, st, 1, []tfile{{path: "x", data: data}}, nil)
+	overwrite(t, st, m.Files[0].Key, append(bytes.Clone(data), 1))
+	dir := t.TempDir()
+	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1})
+	if !errors.Is(err, errTooLong) {
+		t.Fatalf("got %v, want the object reported longer", err)
+	}
+	assertAbsent(t, filepath.Join(dir, "x"))
+	assertNoTemps(t, dir)
+}
+
+// slowReader waits before each read.
+type slowReader struct {
+	r     io.Reader
+	delay time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	return s.r.Read(p)
+}

@@ -1,0 +1,253 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Temp names are ".<name>.ferry-<16 hex>.tmp" beside the final path, so the
+// rename stays within one directory (atomic) and a later restore can
+// recognise and remove what an interrupted one left behind.
+const (
+	tempMarker = ".ferry-"
+	tempSuffix = ".tmp"
+	randLen    = 16
+	maxNameLen = 255 // NAME_MAX on Linux and macOS
+	// nameRoom is the longest base a temp name can hold.
+	nameRoom = maxNameLen - 1 - len(tempMarker) - randLen - len(tempSuffix)
+)
+
+// tempName returns a temp name for base, shortening base when the result
+// would exceed the file system's name limit.
+func tempName(base string) string {
+	for len(base) > nameRoom {
+		_, size := utf8.DecodeLastRuneInString(base)
+		base = base[:len(base)-size]
+	}
+	return fmt.Sprintf(".%s%s%016x%s", base, tempMarker, rand.Uint64(), tempSuffix)
+}
+
+// tempOf returns the name a temp file of ours was made for (possibly
+// shortened), or "" if name is not one of our temp names.
+func tempOf(name string) string {
+	rest, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return ""
+	}
+	rest, ok = strings.CutSuffix(rest, tempSuffix)
+	if !ok {
+		return ""
+	}
+	i := len(rest) - randLen - len(tempMarker)
+	if i < 1 || rest[i:i+len(tempMarker)] != tempMarker {
+		return ""
+	}
+	for _, c := range rest[i+len(tempMarker):] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ""
+		}
+	}
+	return rest[:i]
+}
+
+// createTemp creates a new, empty temp file for the final path abs in dir.
+func createTemp(dir, abs string) (*os.File, string, error) {
+	for range 10 {
+		tmp := filepath.Join(dir, tempName(filepath.Base(abs)))
+		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return f, tmp, nil
+	}
+	return nil, "", fmt.Errorf("create temp file in %s: too many name collisions", dir)
+}
+
+// place checks, fsyncs and renames a verified temp file over the final
+// path. The directory is fsynced later, once per directory.
+func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != job.file.Size {
+		return fmt.Errorf("size mismatch: got %d bytes, manifest says %d", fi.Size(), job.file.Size)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, job.abs); err != nil {
+		return err
+	}
+	r.addSyncDir(job.dir)
+	return nil
+}
+
+func (r *restorer) addSyncDir(dir string) {
+	r.mu.Lock()
+	r.syncDirs[dir] = true
+	r.mu.Unlock()
+}
+
+// makeDirs creates the target directory and the planned directories, and
+// returns the ones it created, parents first.
+func (r *restorer) makeDirs(p *plan) ([]string, error) {
+	var missing []string
+	for d := p.root; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		missing = append(missing, d)
+	}
+	for i, j := 0, len(missing)-1; i < j; i, j = i+1, j-1 {
+		missing[i], missing[j] = missing[j], missing[i]
+	}
+	var created []string
+	for _, d := range append(missing, p.mkdir...) {
+		err := os.Mkdir(d, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			if fi, serr := os.Lstat(d); serr == nil && fi.IsDir() {
+				continue
+			}
+		}
+		if err != nil {
+			return created, fmt.Errorf("create directory: %w", err)
+		}
+		created = append(created, d)
+		r.addSyncDir(filepath.Dir(d))
+	}
+	return created, nil
+}
+
+// removeEmptyDirs removes directories a failed restore created, children
+// first, if nothing else was put in them.
+func removeEmptyDirs(created []string) {
+	for i := len(created) - 1; i >= 0; i-- {
+		os.Remove(created[i]) // fails, as it should, when not empty
+	}
+}
+
+// removeStale removes temp files an interrupted restore left beside the
+// planned paths. Only names of our temp pattern made for a planned entry
+// of that directory are touched.
+func removeStale(p *plan) error {
+	byDir := map[string]map[string]bool{}
+	add := func(dir, abs string) {
+		if byDir[dir] == nil {
+			byDir[dir] = map[string]bool{}
+		}
+		byDir[dir][filepath.Base(abs)] = true
+	}
+	for _, f := range p.files {
+		add(f.dir, f.abs)
+	}
+	for _, l := range p.links {
+		add(l.dir, l.abs)
+	}
+	for dir, names := range byDir {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", dir, err)
+		}
+		for _, e := range ents {
+			base := tempOf(e.Name())
+			if base == "" || e.IsDir() || !madeFor(base, names) {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove stale temp file: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// madeFor reports whether a temp file's base names one of names, allowing
+// for the shortening of long names.
+func madeFor(base string, names map[string]bool) bool {
+	if names[base] {
+		return true
+	}
+	if len(base) <= nameRoom-utf8.UTFMax {
+		return false // not shortened, and no exact match
+	}
+	for n := range names {
+		if strings.HasPrefix(n, base) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeLinks creates the manifest's symlinks, after all files are in place.
+// An existing link is replaced atomically through a temp link and rename.
+func (r *restorer) placeLinks(p *plan) error {
+	for _, l := range p.links {
+		if l.keep {
+			continue
+		}
+		tmp := filepath.Join(l.dir, tempName(filepath.Base(l.abs)))
+		if err := os.Symlink(l.link.Target, tmp); err != nil {
+			return fmt.Errorf("symlink %s: %w", l.link.Path, err)
+		}
+		if err := os.Rename(tmp, l.abs); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("symlink %s: %w", l.link.Path, err)
+		}
+		r.addSyncDir(l.dir)
+	}
+	return nil
+}
+
+// syncAllDirs fsyncs every directory that gained or changed an entry, once
+// each, so that the renames survive a crash. Batching per directory keeps
+// restores of many small files from paying a directory fsync per file.
+func (r *restorer) syncAllDirs(ctx context.Context) error {
+	dirs := make([]string, 0, len(r.syncDirs))
+	for d := range r.syncDirs {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.opts.Concurrency)
+	for _, d := range dirs {
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return syncDir(d)
+		})
+	}
+	return g.Wait()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync directory: %w", err)
+	}
+	defer d.Close()
+	err = d.Sync()
+	// Some file systems cannot fsync a directory; there is nothing more to do.
+	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}

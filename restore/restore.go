@@ -1,0 +1,242 @@
+// Package restore downloads a committed checkpoint step into a local
+// directory and verifies every byte against the manifest's BLAKE3 hashes.
+//
+// Restore is a plain function over a store.Store. It reads the manifest,
+// plans every path it will write (rejecting anything that could land outside
+// the target directory before writing a byte), keeps files that are already
+// correct, downloads the rest with parallel ranged GETs into temp files next
+// to their final paths, verifies size and hash, fsyncs and renames them into
+// place, and recreates the manifest's symlinks last. A final path only ever
+// holds its old content or the verified new content.
+//
+// One restore at a time per target directory: a restore removes temp files
+// left by an earlier, interrupted one, which would break a concurrent one.
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// LatestStep asks Restore for the highest committed step.
+const LatestStep int64 = -1
+
+// Defaults for zero Options fields.
+const (
+	DefaultConcurrency = 16
+	DefaultChunkSize   = 64 << 20
+)
+
+// Options say what to restore where.
+type Options struct {
+	// Store and Prefix locate the checkpoints (the bucket is inside Store).
+	Store  store.Store
+	Prefix string
+	// Dir is the target directory, created if missing. It may itself be a
+	// symlink.
+	Dir string
+	// Step is the step to restore; LatestStep (any negative value) means
+	// the highest committed step. Note that the zero value is step 0.
+	Step int64
+	// Concurrency is the number of ranged GETs in flight across all files
+	// (default DefaultConcurrency).
+	Concurrency int
+	// ChunkSize is the size of one ranged GET (default DefaultChunkSize).
+	// It does not size any buffer: bodies are streamed to disk.
+	ChunkSize int64
+	// Ranks, when set, selects the ranked files to restore; files with a nil
+	// Rank are shared by all ranks and always restored, as are symlinks.
+	Ranks func(rank *int) bool
+	// Logger receives progress and retry messages (default: none).
+	Logger *zap.Logger
+	// Progress, when set, is called with the bytes verified so far (kept
+	// files and hashed downloads) and the total bytes of the selected files.
+	// Calls are serialized and done never decreases.
+	Progress func(done, total int64)
+}
+
+// Result describes a finished restore.
+type Result struct {
+	// Step is the step restored.
+	Step int64
+	// Files is the number of files selected; Kept were already correct on
+	// disk and Downloaded were fetched. Files == Kept + Downloaded.
+	Files, Kept, Downloaded int
+	// Symlinks is the number of manifest symlinks in place.
+	Symlinks int
+	// Bytes is the size of the selected files; BytesDownloaded counts the
+	// bytes actually fetched, retries included.
+	Bytes, BytesDownloaded int64
+	// Manifest is the manifest restored.
+	Manifest *manifest.Manifest
+}
+
+// Restore restores one committed step into opts.Dir. It returns an error
+// wrapping manifest.ErrNoCheckpoint when the step (or, for LatestStep, any
+// step) is not committed, and context.Canceled when ctx is cancelled; after
+// any error, final paths hold either their previous content or verified new
+// content, and no temp files remain.
+func Restore(ctx context.Context, opts Options) (Result, error) {
+	if opts.Store == nil {
+		return Result{}, errors.New("restore: no store")
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	m, err := find(ctx, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := restoreManifest(ctx, opts, m)
+	if err != nil {
+		return res, fmt.Errorf("restore step %d: %w", m.Step, err)
+	}
+	return res, nil
+}
+
+// find reads the manifest asked for. The decoder has validated it.
+func find(ctx context.Context, opts Options) (*manifest.Manifest, error) {
+	if opts.Step < 0 {
+		m, err := manifest.Latest(ctx, opts.Store, opts.Prefix)
+		if err != nil {
+			return nil, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
+		}
+		return m, nil
+	}
+	m, err := manifest.Get(ctx, opts.Store, opts.Prefix, opts.Step)
+	if err != nil {
+		return nil, fmt.Errorf("restore step %d: %w", opts.Step, err)
+	}
+	return m, nil
+}
+
+// restorer holds the state of one Restore call.
+type restorer struct {
+	opts     Options
+	store    store.Store
+	log      *zap.Logger
+	queue    *queue
+	hashBufs sync.Pool
+
+	mu         sync.Mutex
+	done       int64
+	total      int64
+	kept       int
+	downloaded int
+	fetched    int64
+	syncDirs   map[string]bool
+}
+
+func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (Result, error) {
+	res := Result{Step: m.Step, Manifest: m}
+	var want func(manifest.File) bool
+	if opts.Ranks != nil {
+		want = func(f manifest.File) bool { return f.Rank == nil || opts.Ranks(f.Rank) }
+	}
+	p, err := makePlan(m, opts.Dir, want)
+	if err != nil {
+		return res, err
+	}
+	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
+	r.hashBufs.New = func() any { b := make([]byte, hashBufSize); return &b }
+	for _, f := range p.files {
+		r.total += f.file.Size
+	}
+	res.Files, res.Bytes = len(p.files), r.total
+	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),
+		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))
+
+	err = r.run(ctx, p)
+	res.Kept, res.Downloaded, res.BytesDownloaded = r.kept, r.downloaded, r.fetched
+	if err != nil {
+		return res, err
+	}
+	res.Symlinks = len(p.links)
+	r.log.Info("restored checkpoint", zap.Int64("step", m.Step), zap.Int("kept", r.kept),
+		zap.Int("downloaded", r.downloaded), zap.Int64("bytes_downloaded", r.fetched))
+	return res, nil
+}
+
+// run writes the plan: directories, files, links, then directory fsyncs.
+func (r *restorer) run(ctx context.Context, p *plan) (err error) {
+	created, err := r.makeDirs(p)
+	defer func() {
+		if err != nil {
+			removeEmptyDirs(created)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	if err := removeStale(p); err != nil {
+		return err
+	}
+	if err := r.fetchAll(ctx, p); err != nil {
+		return err
+	}
+	if err := r.placeLinks(p); err != nil {
+		return err
+	}
+	return r.syncAllDirs(ctx)
+}
+
+// fetchAll restores every planned file. A pool of Concurrency workers serves
+// ranged GETs for all files; each file has its own goroutine that checks an
+// existing copy, hashes behind the download and places the result. At most
+// 2 x Concurrency files are open at once, which bounds file descriptors and
+// read-back buffers however many files the checkpoint has.
+func (r *restorer) fetchAll(ctx context.Context, p *plan) error {
+	// The workers see the group's context: the first failing file stops
+	// every GET, not just its own.
+	g, gctx := errgroup.WithContext(ctx)
+	stop := context.AfterFunc(gctx, r.queue.close)
+	defer stop()
+	var workers sync.WaitGroup
+	for range r.opts.Concurrency {
+		workers.Go(func() { r.worker(gctx) })
+	}
+	defer func() {
+		r.queue.close()
+		workers.Wait()
+	}()
+
+	g.SetLimit(2 * r.opts.Concurrency)
+	for i := range p.files {
+		if gctx.Err() != nil {
+			break
+		}
+		job := &p.files[i]
+		g.Go(func() error { return r.restoreFile(gctx, job, i) })
+	}
+	return g.Wait()
+}
+
+// progress reports that job's bytes [0, upto) are verified (a second
+// download after a hash mismatch reports nothing until it passes the first).
+func (r *restorer) progress(job *fileJob, upto int64) {
+	if upto <= job.reported {
+		return
+	}
+	delta := upto - job.reported
+	job.reported = upto
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done += delta
+	if r.opts.Progress != nil {
+		r.opts.Progress(r.done, r.total)
+	}
+}
