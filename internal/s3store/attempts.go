@@ -1,0 +1,136 @@
+package s3store
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/smithy-go/middleware"
+	"go.uber.org/zap"
+)
+
+// Counters counts S3 requests by operation name. Pass its Count method as
+// Config.OnRequest. The zero value is ready to use and safe for concurrent
+// use.
+type Counters struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// Count adds one request of operation op.
+func (c *Counters) Count(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[op]++
+}
+
+// Get returns the number of requests of operation op so far.
+func (c *Counters) Get(op string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+// Total returns the number of requests of all operations so far.
+func (c *Counters) Total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var t int64
+	for _, v := range c.n {
+		t += v
+	}
+	return t
+}
+
+// Snapshot returns a copy of the counts by operation name.
+func (c *Counters) Snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int64, len(c.n))
+	for k, v := range c.n {
+		m[k] = v
+	}
+	return m
+}
+
+// Ops returns the names of the operations counted so far, sorted.
+func (c *Counters) Ops() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops := make([]string, 0, len(c.n))
+	for k := range c.n {
+		ops = append(ops, k)
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+// attemptMiddleware sits in the finalize step just inside the retry loop, so
+// it sees every HTTP attempt: each one is billed by the provider.
+type attemptMiddleware struct {
+	onRequest func(op string)
+	log       *zap.Logger
+}
+
+func addAttemptMiddleware(onRequest func(string), log *zap.Logger) func(*middleware.Stack) error {
+	return func(stack *middleware.Stack) error {
+		return stack.Finalize.Insert(&attemptMiddleware{onRequest: onRequest, log: log}, "Retry", middleware.After)
+	}
+}
+
+// ID implements middleware.FinalizeMiddleware.
+func (*attemptMiddleware) ID() string { return "FerryAttempt" }
+
+// HandleFinalize implements middleware.FinalizeMiddleware.
+func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+	middleware.FinalizeOutput, middleware.Metadata, error,
+) {
+	op := awsmiddleware.GetOperationName(ctx)
+	if m.onRequest != nil {
+		m.onRequest(op)
+	}
+	out, md, err := next.HandleFinalize(ctx, in)
+	if err != nil && ctx.Err() == nil {
+		// SDK errors carry the operation, status and request ID, never
+		// credentials: requests are signed in headers, not in URLs.
+		m.log.Debug("s3 request attempt failed", zap.String("op", op), zap.Error(err))
+	}
+	return out, md, err
+}
+
+// retryableBrokenBody retries a response cut short while it was read (the
+// SDK already retries errors from sending the request and reading headers).
+type retryableBrokenBody struct{}
+
+// IsErrorRetryable implements retry.IsErrorRetryable.
+func (retryableBrokenBody) IsErrorRetryable(err error) aws.Ternary {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return aws.TrueTernary
+	}
+	return aws.UnknownTernary
+}
+
+// noRetryTLS stops retries of certificate verification failures: a wrong CA
+// or host name does not heal within a backoff.
+type noRetryTLS struct{}
+
+// IsErrorRetryable implements retry.IsErrorRetryable.
+func (noRetryTLS) IsErrorRetryable(err error) aws.Ternary {
+	var verifyErr *tls.CertificateVerificationError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidErr x509.CertificateInvalidError
+	if errors.As(err, &verifyErr) || errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalidErr) {
+		return aws.FalseTernary
+	}
+	return aws.UnknownTernary
+}

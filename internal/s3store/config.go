@@ -1,0 +1,206 @@
+// Package s3store implements store.Store over the S3 API with
+// aws-sdk-go-v2. It targets Cloudflare R2 first and any S3-compatible server
+// (AWS S3, versitygw, MinIO) second.
+//
+// Integrity is carried by CRC32C checksums that the server verifies, so
+// bodies are sent with UNSIGNED-PAYLOAD instead of a SigV4 SHA-256 over the
+// body: a part is read once, by the socket.
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.uber.org/zap"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxConns    = 64
+	DefaultMaxAttempts = 10
+	DefaultRegion      = "auto"
+	// maxBackoff caps the jittered exponential delay between attempts.
+	maxBackoff = 20 * time.Second
+	// bufferSize of each connection's reader and writer: the 4 KiB default
+	// costs a syscall per 4 KiB of part data.
+	bufferSize = 128 << 10
+)
+
+// Config describes how to reach one bucket.
+type Config struct {
+	// Endpoint is the S3 API URL, e.g. https://<account>.r2.cloudflarestorage.com.
+	// Empty means ResolveEndpoint(""), then the SDK's AWS endpoint.
+	Endpoint string
+	// Region defaults to AWS_REGION, then the profile's region, then "auto"
+	// (what R2 expects).
+	Region string
+	// Bucket is required.
+	Bucket string
+	// PathStyle selects path-style addressing (endpoint/bucket/key). Nil means
+	// path style when an endpoint is set, virtual-hosted style otherwise.
+	PathStyle *bool
+	// MaxConns bounds the connections to the endpoint and the idle ones kept;
+	// it should be at least the upload concurrency. Default DefaultMaxConns.
+	MaxConns int
+	// MaxAttempts per request, the first included. Default DefaultMaxAttempts.
+	MaxAttempts int
+	// Profile selects a shared config profile; empty uses AWS_PROFILE or
+	// "default".
+	Profile string
+	// AccessKeyID and SecretAccessKey, when both set, replace the standard
+	// credential chain (environment, shared files, SSO, IMDS...).
+	AccessKeyID, SecretAccessKey, SessionToken string
+	// ResponseHeaderTimeout, when > 0, fails an attempt whose response headers
+	// have not arrived this long after the request body was sent, so a hung
+	// server costs a retry instead of a stuck upload. Keep it well above the
+	// time the server needs to assemble a large multipart object.
+	ResponseHeaderTimeout time.Duration
+	// OnRequest, when set, is called once per HTTP attempt (retries included)
+	// with the S3 operation name, e.g. "UploadPart". See Counters.
+	OnRequest func(op string)
+	// Logger receives debug lines about failed attempts. Nil logs nothing.
+	Logger *zap.Logger
+}
+
+// ResolveEndpoint returns the endpoint to use: flag when set, else the first
+// set of S3_ENDPOINT_URL, AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL, else "".
+func ResolveEndpoint(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	for _, name := range []string{"S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"} {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Store is a store.Store over one S3 bucket. It is safe for concurrent use.
+type Store struct {
+	client *s3.Client
+	bucket string
+	log    *zap.Logger
+}
+
+// New builds a Store from cfg. It makes no request: a missing bucket or bad
+// credentials show up on the first call (or on CheckBucket).
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("s3store: no bucket given")
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	endpoint := ResolveEndpoint(cfg.Endpoint)
+
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(newHTTPClient(cfg)),
+		config.WithRetryer(func() aws.Retryer { return newRetryer(cfg.MaxAttempts) }),
+		// Since service/s3 v1.73.0 the SDK adds CRC32 to every upload and
+		// validates response checksums, which R2 and others reject. We send
+		// CRC32C ourselves.
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if cfg.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
+	}
+	if cfg.Profile != "" {
+		loadOpts = append(loadOpts, config.WithSharedConfigProfile(cfg.Profile))
+	}
+	if cfg.AccessKeyID != "" && cfg.SecretAccessKey != "" {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		// LoadDefaultConfig errors name files and settings, never secrets.
+		return nil, fmt.Errorf("s3store: load AWS configuration: %w", err)
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = DefaultRegion
+	}
+
+	pathStyle := endpoint != ""
+	if cfg.PathStyle != nil {
+		pathStyle = *cfg.PathStyle
+	}
+	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+		o.UsePathStyle = pathStyle
+		// R2 does not support Expect: 100-continue; waiting for the 100
+		// costs up to a second per part on servers that ignore it.
+		o.ContinueHeaderThresholdBytes = -1
+		o.APIOptions = append(o.APIOptions, addAttemptMiddleware(cfg.OnRequest, log))
+	})
+	return &Store{client: client, bucket: cfg.Bucket, log: log}, nil
+}
+
+// Bucket returns the bucket the store writes to.
+func (s *Store) Bucket() string { return s.bucket }
+
+// newHTTPClient keeps the SDK's BuildableClient so that the transport stays
+// an *http.Transport: config.LoadDefaultConfig refuses AWS_CA_BUNDLE with
+// any other client.
+func newHTTPClient(cfg Config) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxConns)
+		tr.MaxIdleConnsPerHost = cfg.MaxConns
+		tr.MaxConnsPerHost = cfg.MaxConns
+		tr.ResponseHeaderTimeout = cfg.ResponseHeaderTimeout
+		tr.WriteBufferSize = bufferSize
+		tr.ReadBufferSize = bufferSize
+		// HTTP/1.1 only: one TCP connection per request in flight, as s5cmd
+		// and aws-cli do. HTTP/2 would multiplex every part over a single
+		// connection and its one congestion window.
+		tr.ForceAttemptHTTP2 = false
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP1(true)
+	})
+}
+
+// newRetryer returns the standard retryer without its retry quota (a shared
+// token bucket that fails requests with "retry quota exceeded" under many
+// concurrent uploads), with more attempts and with the throttling and
+// transient errors object stores send added to the retryable set.
+func newRetryer(attempts int) aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = attempts
+		o.MaxBackoff = maxBackoff
+		o.RateLimiter = ratelimit.None
+		// First: the SDK counts every failure to send as a connection
+		// error, certificate failures included, and would retry those.
+		o.Retryables = append([]retry.IsErrorRetryable{noRetryTLS{}}, o.Retryables...)
+		o.Retryables = append(o.Retryables,
+			retry.RetryableHTTPStatusCode{Codes: map[int]struct{}{http.StatusTooManyRequests: {}}},
+			retry.RetryableErrorCode{Codes: map[string]struct{}{
+				"SlowDown":           {},
+				"RequestTimeout":     {},
+				"InternalError":      {},
+				"ServiceUnavailable": {},
+			}},
+			retryableBrokenBody{},
+		)
+	})
+}

@@ -1,0 +1,133 @@
+package s3store
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/ferrylabs/ferry/internal/store"
+
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// ErrAccessDenied is returned (wrapped) when the server refuses the
+// credentials or their permissions (HTTP 403, InvalidAccessKeyId,
+// SignatureDoesNotMatch, ExpiredToken...), or when no credentials were found.
+var ErrAccessDenied = errors.New("access denied")
+
+// ErrNoSuchBucket is returned (wrapped) when the bucket does not exist. Such
+// errors also match store.ErrNotExist, as the store contract requires.
+var ErrNoSuchBucket = errors.New("bucket does not exist")
+
+// storeError carries a message of its own while matching sentinels with
+// errors.Is, so that a user reads one clear line instead of the SDK's.
+type storeError struct {
+	msg     string
+	targets []error
+	cause   error
+}
+
+func (e *storeError) Error() string { return e.msg }
+
+// Is reports whether target is one of the sentinels e stands for.
+func (e *storeError) Is(target error) bool {
+	for _, t := range e.targets {
+		if t == target {
+			return true
+		}
+	}
+	return false
+}
+
+// Unwrap returns the SDK error, for callers that need its details.
+func (e *storeError) Unwrap() error { return e.cause }
+
+// accessDeniedCodes are the error codes of credential and permission failures; HTTP 403 is one too.
+var accessDeniedCodes = map[string]bool{
+	"AccessDenied":          true,
+	"InvalidAccessKeyId":    true,
+	"SignatureDoesNotMatch": true,
+	"ExpiredToken":          true,
+	"InvalidToken":          true,
+	"TokenRefreshRequired":  true,
+	"Forbidden":             true,
+	// versitygw answers an unknown access key with 404 XAdminUserNotFound.
+	"XAdminUserNotFound": true,
+}
+
+// mapErr turns an SDK error from the operation described by what (e.g.
+// "upload part 3 of k") into an error wrapping the store sentinels.
+// conditional says the request carried If-None-Match, so that 409 and 412
+// mean a lost race rather than a failure.
+func (s *Store) mapErr(err error, what string, conditional bool) error {
+	if err == nil {
+		return nil
+	}
+	code, status := errorCode(err), 0
+	var respErr *smithyhttp.ResponseError
+	if errors.As(err, &respErr) {
+		status = respErr.HTTPStatusCode()
+	}
+	switch {
+	case code == "NoSuchBucket":
+		return &storeError{
+			msg:     fmt.Sprintf("%s: bucket %q does not exist", what, s.bucket),
+			targets: []error{ErrNoSuchBucket, store.ErrNotExist},
+			cause:   err,
+		}
+	case accessDeniedCodes[code] || status == http.StatusForbidden:
+		return s.accessDenied(err, what, code)
+	case code == "NoSuchUpload":
+		return &storeError{
+			msg:     what + ": upload does not exist (completed, aborted or expired)",
+			targets: []error{store.ErrNotExist},
+			cause:   err,
+		}
+	case code == "NoSuchKey" || code == "NotFound" || status == http.StatusNotFound:
+		return &storeError{
+			msg:     what + ": " + store.ErrNotExist.Error(),
+			targets: []error{store.ErrNotExist},
+			cause:   err,
+		}
+	case conditional && (status == http.StatusPreconditionFailed || code == "PreconditionFailed" ||
+		status == http.StatusConflict || code == "ConditionalRequestConflict"):
+		return &storeError{
+			msg:     what + ": " + store.ErrPreconditionFailed.Error(),
+			targets: []error{store.ErrPreconditionFailed},
+			cause:   err,
+		}
+	case status == 0 && (strings.Contains(err.Error(), "failed to retrieve credentials") ||
+		strings.Contains(err.Error(), "failed to refresh cached credentials")):
+		return &storeError{
+			msg: what + ": no usable AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
+				"or AWS_PROFILE",
+			targets: []error{ErrAccessDenied},
+			cause:   err,
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (s *Store) accessDenied(err error, what, code string) error {
+	reason := code
+	if reason == "" {
+		reason = "HTTP 403"
+	}
+	return &storeError{
+		msg: fmt.Sprintf("%s: access denied (%s): check the credentials (AWS_ACCESS_KEY_ID and "+
+			"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and their permissions on bucket %q", what, reason, s.bucket),
+		targets: []error{ErrAccessDenied},
+		cause:   err,
+	}
+}
+
+// errorCode returns the S3 error code of err, or "".
+func errorCode(err error) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode()
+	}
+	return ""
+}
