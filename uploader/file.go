@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -87,7 +88,7 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 		return "", err
 	}
 	if err := u.sendHeld(ctx, stamp.Size, func() error {
-		_, err := u.opts.Store.Put(ctx, f.Key, io.NewSectionReader(fh, 0, stamp.Size), stamp.Size,
+		_, err := u.opts.Store.Put(ctx, f.Key, u.body(ctx, fh, 0, stamp.Size), stamp.Size,
 			store.PutOptions{CRC32C: store.EncodeCRC32C(crc)})
 		return err
 	}); err != nil {
@@ -99,15 +100,20 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// body returns the request body for n bytes of fh from off, paced by the
+// bandwidth limiter when there is one.
+func (u *Uploader) body(ctx context.Context, fh *os.File, off, n int64) io.ReadSeeker {
+	r := io.NewSectionReader(fh, off, n)
+	if u.opts.Limiter == nil {
+		return r
+	}
+	return &ratelimit.Reader{R: r, L: u.opts.Limiter, Ctx: ctx}
+}
+
 // sendHeld runs one request in the concurrency slot the caller acquired,
-// after the bandwidth throttle, accounts its bytes and releases the slot.
+// accounts its bytes and releases the slot.
 func (u *Uploader) sendHeld(ctx context.Context, n int64, req func() error) error {
 	defer u.release()
-	if u.opts.Throttle != nil {
-		if err := u.opts.Throttle(ctx, n); err != nil {
-			return err
-		}
-	}
 	if err := req(); err != nil {
 		return err
 	}
@@ -214,7 +220,7 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 		g.Go(func() error {
 			defer pg.Done()
 			err := u.sendHeld(ctx, size, func() error {
-				p, err := u.opts.Store.UploadPart(ctx, f.Key, up.UploadID, n, io.NewSectionReader(fh, off, size), size, sum)
+				p, err := u.opts.Store.UploadPart(ctx, f.Key, up.UploadID, n, u.body(ctx, fh, off, size), size, sum)
 				if err != nil {
 					return err
 				}

@@ -216,27 +216,26 @@ func TestPushFailsWhenFileChanges(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "growing.pt")
 	writeRandom(t, path, 3*testPart, 1)
-	st := store.NewMemStore()
+	mem := store.NewMemStore()
 	var once atomic.Bool
-	_, err := push(t, st, dir, 5, "", func(o *PushOptions) {
-		o.Upload.Concurrency = 1
-		o.Upload.Throttle = func(ctx context.Context, n int64) error {
-			if once.CompareAndSwap(false, true) {
-				f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				_, err = f.Write([]byte("more"))
+	// The trainer appends to the file while its first part is in flight.
+	st := &store.Faulty{Inner: mem, Before: func(op, key string) error {
+		if op == "UploadPart" && once.CompareAndSwap(false, true) {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
 				return err
 			}
-			return nil
+			defer f.Close()
+			_, err = f.Write([]byte("more"))
+			return err
 		}
-	})
+		return nil
+	}}
+	_, err := push(t, st, dir, 5, "", func(o *PushOptions) { o.Upload.Concurrency = 1 })
 	if !errors.Is(err, ErrFileChanged) {
 		t.Fatalf("got %v, want ErrFileChanged", err)
 	}
-	if _, err := manifest.Get(context.Background(), st, "run", 5); !errors.Is(err, manifest.ErrNoCheckpoint) {
+	if _, err := manifest.Get(context.Background(), mem, "run", 5); !errors.Is(err, manifest.ErrNoCheckpoint) {
 		t.Fatalf("a manifest was committed for a changing file: %v", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -50,8 +51,9 @@ type Options struct {
 	// State records multipart uploads in flight so that a killed upload
 	// resumes; nil disables resuming.
 	State *State
-	// Throttle, when set, is called before n bytes are sent (bandwidth cap).
-	Throttle func(ctx context.Context, n int64) error
+	// Limiter, when set, caps the rate at which request bodies are read,
+	// shared by all requests (the --bandwidth flag).
+	Limiter *ratelimit.Limiter
 	// OnSent, when set, is called as bytes are acknowledged by the server.
 	OnSent func(n int64)
 	// OnHashed, when set, is called as bytes are read and hashed.

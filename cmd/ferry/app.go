@@ -54,8 +54,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newShowCommand(),
 		},
 	}
+	known := map[string]bool{"help": true, "h": true}
 	for _, c := range app.Commands {
 		c.OnUsageError = app.OnUsageError
+		known[c.Name] = true
+	}
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !known[args[1]] {
+		return exitCode(usagef("unknown command %q", args[1]), stderr)
 	}
 	err := app.RunContext(ctx, args)
 	return exitCode(err, stderr)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
@@ -21,6 +23,7 @@ type pushOptions struct {
 	partSize    int64
 	concurrency int
 	stateDir    string
+	bandwidth   int64
 	json        bool
 	sources     []string
 }
@@ -35,6 +38,7 @@ func newPushCommand() *cli.Command {
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "training step this checkpoint belongs to (required)"},
 			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size (raised so no object needs more than 10,000 parts)"},
 			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "upload requests in flight"},
+			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate, e.g. 800MiB/s (default: unlimited)"},
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "where resume state is kept (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		}, commonFlags()...),
@@ -50,6 +54,9 @@ func newPushCommand() *cli.Command {
 			}
 			var err error
 			if opts.partSize, err = sizeFlag(c, "part-size"); err != nil {
+				return err
+			}
+			if opts.bandwidth, err = rateFlag(c, "bandwidth"); err != nil {
 				return err
 			}
 			return runPush(c.Context, opts, c.App.Writer, c.App.ErrWriter)
@@ -76,6 +83,11 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 	}
 	if len(o.sources) == 0 {
 		return usagef("push needs a checkpoint directory or files")
+	}
+	for _, s := range o.sources {
+		if strings.HasPrefix(s, "-") {
+			return usagef("flag %s must come before the checkpoint directory", s)
+		}
 	}
 	if o.partSize < 5<<20 || o.partSize > 5<<30 {
 		return usagef("--part-size %s: must be between 5 MiB and 5 GiB", units.FormatBytes(o.partSize))
@@ -111,6 +123,7 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 			Store:       st,
 			PartSize:    o.partSize,
 			Concurrency: o.concurrency,
+			Limiter:     ratelimit.New(o.bandwidth),
 			Logger:      log,
 			OnHashed:    prog.Add,
 		},

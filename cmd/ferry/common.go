@@ -119,6 +119,19 @@ func sizeFlag(c *cli.Context, name string) (int64, error) {
 	return n, nil
 }
 
+// rateFlag reads a rate flag such as --bandwidth 800MiB/s; empty is 0
+// (unlimited).
+func rateFlag(c *cli.Context, name string) (int64, error) {
+	if c.String(name) == "" {
+		return 0, nil
+	}
+	n, err := units.ParseRate(c.String(name))
+	if err != nil {
+		return 0, usagef("--%s: %v", name, err)
+	}
+	return n, nil
+}
+
 // isTerminal reports whether w is a terminal, for the progress display.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)

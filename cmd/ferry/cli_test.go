@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+const mib = 1 << 20
+
+func TestCLIRoundTrip(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	src := filepath.Join(t.TempDir(), "ckpt")
+	sizes := map[string]int{
+		"empty.bin": 0, "one.bin": 1, "part-1.bin": 5*mib - 1, "part.bin": 5 * mib,
+		"part+1.bin": 5*mib + 1, "rank0/several.bin": 17*mib + 3,
+	}
+	var seed byte
+	for name, n := range sizes {
+		seed++
+		writeFile(t, filepath.Join(src, name), randomBytes(n, seed))
+	}
+	if err := os.Symlink("part.bin", filepath.Join(src, "latest.bin")); err != nil {
+		t.Fatal(err)
+	}
+	url := "s3://" + bucket + "/runs/a"
+	r := ferry(t, srv, "push", "--to", url, "--step", "1000", "--part-size", "5MiB", "--json", "--state-dir", t.TempDir(), src).must(t, 0)
+	var ps pushSummary
+	decodeJSON(t, r.stdout, &ps)
+	if !ps.Committed || ps.Files != len(sizes) {
+		t.Fatalf("push summary %+v", ps)
+	}
+
+	r = ferry(t, srv, "list", "--from", url, "--json").must(t, 0)
+	var rows []stepSummary
+	decodeJSON(t, r.stdout, &rows)
+	if len(rows) != 1 || rows[0].Step != 1000 || rows[0].Files != len(sizes) {
+		t.Fatalf("list = %+v", rows)
+	}
+
+	r = ferry(t, srv, "show", "--from", url).must(t, 0)
+	m, err := manifest.DecodeBytes([]byte(r.stdout), "runs/a")
+	if err != nil {
+		t.Fatalf("show printed an invalid manifest: %v", err)
+	}
+	if len(m.Symlinks) != 1 || m.Symlinks[0].Target != "part.bin" {
+		t.Errorf("symlinks = %+v", m.Symlinks)
+	}
+
+	// The objects are plain S3 objects: the SDK's own GetObject reads them.
+	client := srv.Client(t)
+	for _, f := range m.Files {
+		out, err := client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(f.Key)})
+		if err != nil {
+			t.Fatalf("plain GetObject %s: %v", f.Key, err)
+		}
+		data, _ := io.ReadAll(out.Body)
+		out.Body.Close()
+		want, _ := os.ReadFile(filepath.Join(src, f.Path))
+		if string(data) != string(want) {
+			t.Errorf("plain GetObject of %s differs from the file", f.Path)
+		}
+	}
+
+	dst := filepath.Join(t.TempDir(), "restored")
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
+	if target, err := os.Readlink(filepath.Join(dst, "latest.bin")); err != nil || target != "part.bin" {
+		t.Errorf("restored symlink latest.bin -> %q, %v", target, err)
+	}
+}
+
+func TestCLIRePush(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "w.pt"), randomBytes(6*mib, 1))
+	ferry(t, srv, "push", "--to", url, "--step", "5", "--part-size", "5MiB", src).must(t, 0)
+
+	r := ferry(t, srv, "push", "--to", url, "--step", "5", "--part-size", "5MiB", "--json", src).must(t, 0)
+	var ps pushSummary
+	decodeJSON(t, r.stdout, &ps)
+	if ps.Committed || ps.BytesSent != 0 {
+		t.Fatalf("identical re-push uploaded: %+v", ps)
+	}
+	before := ferry(t, srv, "show", "--from", url, "--step", "5").must(t, 0).stdout
+
+	writeFile(t, filepath.Join(src, "w.pt"), randomBytes(6*mib, 2))
+	r = ferry(t, srv, "push", "--to", url, "--step", "5", src).must(t, 1)
+	if !strings.Contains(r.stderr, "already committed with different content") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+		t.Errorf("conflict message: %q", r.stderr)
+	}
+	if after := ferry(t, srv, "show", "--from", url, "--step", "5").must(t, 0).stdout; after != before {
+		t.Error("a conflicting push changed the committed manifest")
+	}
+}
+
+func TestCLIEmptyAndExitCodes(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/nothing"
+	dst := filepath.Join(t.TempDir(), "d")
+	r := ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 3)
+	if !strings.Contains(r.stderr, "no committed checkpoint found") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	ferry(t, srv, "show", "--from", url).must(t, 3)
+	r = ferry(t, srv, "restore", "--from", url, "--to", dst, "--allow-empty").must(t, 0)
+	if !strings.Contains(r.stdout, "starting fresh") {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	// Bad usage: exit 2 with one line naming what is wrong.
+	for _, args := range [][]string{
+		{"push", "--to", url, t.TempDir()},
+		{"push", "--step", "1", t.TempDir()},
+		{"push", "--to", "http://x/y", "--step", "1", t.TempDir()},
+		{"push", "--to", url, "--step", "1", "--part-size", "1MiB", t.TempDir()},
+		{"push", "--to", url, t.TempDir(), "--step", "1"},
+		{"restore", "--from", url},
+		{"list", "--from", url, "--bogus"},
+		{"frobnicate"},
+	} {
+		r := ferry(t, srv, args...)
+		if r.code != 2 {
+			t.Errorf("ferry %v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestCLIRestoreRejectsCorruptObject(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(3*mib, 1))
+	writeFile(t, filepath.Join(src, "optim.pt"), randomBytes(2*mib, 2))
+	ferry(t, srv, "push", "--to", url, "--step", "9", src).must(t, 0)
+	m, err := manifest.DecodeBytes([]byte(ferry(t, srv, "show", "--from", url).must(t, 0).stdout), "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, f := range m.Files {
+		if f.Path == "model.pt" {
+			key = f.Key
+		}
+	}
+	// Same size, different bytes: only the hash can tell.
+	bad := randomBytes(3*mib, 1)
+	bad[mib] ^= 0xff
+	if _, err := srv.Client(t).PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(string(bad)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	r := ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 1)
+	if !containsAll(r.stderr, "model.pt", "BLAKE3") {
+		t.Errorf("error does not name the file and the hash: %q", r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "model.pt")); !os.IsNotExist(err) {
+		t.Errorf("a corrupt file was placed at its final path (stat: %v)", err)
+	}
+}
+
+func TestCLIRestoreRejectsEscapingManifest(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	evil := `{"format":"1.0","step":3,"created":"2026-01-01T00:00:00Z","files":[{"path":"../escaped.txt","size":1,` +
+		`"blake3":"` + strings.Repeat("a", 64) + `","key":"run/data/000000000003/x/escaped.txt","part_size":0}]}`
+	if _, err := srv.Client(t).PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(manifest.ManifestKey("run", 3)), Body: strings.NewReader(evil),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	dst := filepath.Join(parent, "out")
+	r := ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 1)
+	if !containsAll(r.stderr, "files[0].path", "..") {
+		t.Errorf("error does not name the field: %q", r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "escaped.txt")); !os.IsNotExist(err) {
+		t.Error("a file was written outside the target directory")
+	}
+}
+
+func TestCLIPushResumesAfterSIGKILL(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	src := t.TempDir()
+	const size = 40 * mib
+	writeFile(t, filepath.Join(src, "rank0.pt"), randomBytes(size, 7))
+	state := t.TempDir()
+	args := []string{"push", "--to", url, "--step", "42", "--part-size", "5MiB", "--concurrency", "2", "--state-dir", state, "--json"}
+
+	// Capped at 8 MiB/s, the 40 MiB push takes about 5 s: kill it once
+	// the server holds at least two whole parts. The upload to look at is
+	// the one the push recorded in its state file.
+	cmd := ferryCmd(t, srv, append(args, "--bandwidth", "8MiB/s", src)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	client := srv.Client(t)
+	waitFor(t, "two whole parts on the server", 60*time.Second, func() bool {
+		key, id := recordedUpload(t, state)
+		if id == "" {
+			return false
+		}
+		parts, err := client.ListParts(context.Background(), &s3.ListPartsInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(id)})
+		if err != nil {
+			return false
+		}
+		whole := 0
+		for _, p := range parts.Parts {
+			if aws.ToInt64(p.Size) == 5*mib {
+				whole++
+			}
+		}
+		return whole >= 2
+	})
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if r := ferry(t, srv, "show", "--from", url); r.code != 3 {
+		t.Fatalf("a killed push left a committed step (show exit %d)", r.code)
+	}
+
+	r := ferry(t, srv, append(args, src)...).must(t, 0)
+	var ps pushSummary
+	decodeJSON(t, r.stdout, &ps)
+	if !ps.Committed || ps.PartsReused < 2 || ps.BytesSent >= size {
+		t.Fatalf("resumed push: %+v, want committed, >=2 parts resumed and fewer than %d bytes sent", ps, size)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
+	if key, id := recordedUpload(t, state); id != "" {
+		t.Errorf("state still records upload %s of %s after the commit", id, key)
+	}
+}
+
+// recordedUpload returns the multipart upload a push's state file records.
+func recordedUpload(t *testing.T, stateDir string) (key, uploadID string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(stateDir, "push-*.json"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var st struct {
+			Uploads map[string]struct {
+				UploadID string `json:"upload_id"`
+			} `json:"uploads"`
+		}
+		if json.Unmarshal(raw, &st) != nil {
+			continue
+		}
+		for k, u := range st.Uploads {
+			return k, u.UploadID
+		}
+	}
+	return "", ""
+}
+
+func TestCLIWithCABundle(t *testing.T) {
+	srv := s3test.Start(t, s3test.WithTLS())
+	if srv.CAFile == "" {
+		t.Fatal("TLS server has no CA file")
+	}
+	url := "s3://" + srv.NewBucket(t) + "/tls"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "a.pt"), randomBytes(6*mib, 3))
+	// srv.Env() sets AWS_CA_BUNDLE: the SDK then insists on an
+	// *http.Transport, which ferry's client must keep.
+	ferry(t, srv, "push", "--to", url, "--step", "1", "--part-size", "5MiB", src).must(t, 0)
+	dst := filepath.Join(t.TempDir(), "out")
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
+}
