@@ -8,7 +8,8 @@ import "regexp"
 //   - Steps are folders "global_step{N}" in the root; N is the step.
 //   - Marker: the root's "latest" file, which rank 0 rewrites in place with
 //     the tag (no newline) after its own save, possibly before other ranks'
-//     ZeRO files are done: the settle window covers those. A step is
+//     ZeRO files are done: the settle window covers files being written,
+//     and Options.ExpectedRanks a rank that has not begun. A step is
 //     finished when latest names it or a later step (a step saved while the
 //     agent was down is still uploaded).
 //   - Files: everything in the folder. Ranks by RankOf (ZeRO shards

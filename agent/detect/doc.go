@@ -24,6 +24,24 @@
 // reported. [Watcher.Scan], which cannot observe, uses the age of the newest
 // modification time instead.
 //
+// Settling cannot see a file that has not been created yet: a rank that
+// starts its save late looks like a rank that does not exist. Markers
+// written after every rank is done (DCP, Megatron) cover this; where they
+// are not (Composer single files, DeepSpeed's latest written by rank 0
+// alone, Options.NoMarker), set [Options.ExpectedRanks] to the number of
+// ranks saving on this node.
+//
+// # Pointer files
+//
+// DeepSpeed's "latest", Megatron's "latest_checkpointed_iteration.txt" and
+// Composer's "latest-rank{R}.pt" links tell a restarted trainer where to
+// resume. They are rewritten in place at every save, so the live file may
+// already name a newer step than the one being reported. A step therefore
+// never carries the live pointer: it carries the pointer as it reads for
+// that step, built by the layout ([Step.Generated] for files, [Step.Symlinks]
+// for Composer's links), and restoring a step gives a tree the trainer
+// resumes from at exactly that step.
+//
 // # Watching
 //
 // Every directory under the root is watched with fsnotify (new directories

@@ -405,15 +405,27 @@ func TestPermissionDeniedOnDisk(t *testing.T) {
 		t.Skip("root reads files whatever their mode; TestUnreadableFileIsAnErrorEvent injects the failure instead")
 	}
 	dir := copyTree(t, "dcp")
+	write(t, dir, "step_300/__0_0.distcp", "shard")
+	write(t, dir, "step_300/.metadata", "md")
+	write(t, dir, "step_300/extra/notes", "unlistable")
+	age(t, dir)
 	p := filepath.Join(dir, "step_100", "__1_0.distcp")
-	if err := os.Chmod(p, 0); err != nil {
-		t.Fatal(err)
+	sub := filepath.Join(dir, "step_300", "extra")
+	for _, x := range []string{p, sub} {
+		if err := os.Chmod(x, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { os.Chmod(p, 0o644) })
+	t.Cleanup(func() {
+		os.Chmod(p, 0o644)
+		os.Chmod(sub, 0o755)
+	})
 	h := newHarness(t, dir, Options{Layout: "dcp"})
 	h.expect(0)
-	evs := h.expect(testSettle, "error 100")
-	if !errors.Is(evs[0].Err, fs.ErrPermission) {
-		t.Errorf("err = %v, want permission denied", evs[0].Err)
+	evs := h.expect(testSettle, "error 100", "error 300")
+	for _, ev := range evs {
+		if !errors.Is(ev.Err, fs.ErrPermission) {
+			t.Errorf("step %d: err = %v, want permission denied", ev.Step.Number, ev.Err)
+		}
 	}
 }
