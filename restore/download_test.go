@@ -219,3 +219,21 @@ func (s *slowReader) Read(p []byte) (int, error) {
 	time.Sleep(s.delay)
 	return s.r.Read(p)
 }
+
+// The manifest's hashes are what b3sum prints; check against the published
+// BLAKE3 values rather than the library used to compute them.
+func TestHashIsB3sum(t *testing.T) {
+	st := store.NewMemStore()
+	m := commit(t, st, 1, []tfile{{path: "empty", data: nil}, {path: "abc", data: []byte("abc")}}, nil)
+	for i, want := range []string{
+		"af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262",
+		"6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85",
+	} {
+		if m.Files[i].BLAKE3 != want {
+			t.Errorf("%s: BLAKE3 %s, b3sum says %s", m.Files[i].Path, m.Files[i].BLAKE3, want)
+		}
+	}
+	if _, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: t.TempDir(), Step: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
