@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"context"
+	"time"
+)
+
+// StepState is where a step is in the agent's pipeline.
+type StepState string
+
+// Step states, in pipeline order; Abandoned and Failed are off the path.
+const (
+	// StatePending: complete on disk, waiting for its turn to upload.
+	StatePending StepState = "pending"
+	// StateUploading: files are being uploaded.
+	StateUploading StepState = "uploading"
+	// StateCommitted: the manifest is written; the step is durable.
+	StateCommitted StepState = "committed"
+	// StateFailed: the last attempt failed; it is retried with backoff.
+	StateFailed StepState = "failed"
+	// StateAbandoned: the trainer deleted the step before it was durable.
+	StateAbandoned StepState = "abandoned"
+)
+
+// StepStatus describes one step the agent has seen.
+type StepStatus struct {
+	Step      int64     `json:"step"`
+	State     StepState `json:"state"`
+	Files     int       `json:"files"`
+	Bytes     int64     `json:"bytes"`
+	BytesSent int64     `json:"bytes_sent"`
+	// Detected is when the step was found complete on disk.
+	Detected time.Time `json:"detected"`
+	// Committed is when its manifest was written (zero until then).
+	Committed time.Time `json:"committed,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// Status is a snapshot of the agent, served by `ferry status`.
+type Status struct {
+	Watch       string       `json:"watch"`
+	Destination string       `json:"destination"`
+	Layout      string       `json:"layout"`
+	Started     time.Time    `json:"started"`
+	Draining    bool         `json:"draining"`
+	Steps       []StepStatus `json:"steps"`
+	// LastCommitted is the highest committed step, -1 if none.
+	LastCommitted int64 `json:"last_committed"`
+	// BytesSent and Rate (bytes/s over the last minute) cover all uploads.
+	BytesSent int64   `json:"bytes_sent"`
+	Rate      float64 `json:"rate"`
+	LastError string  `json:"last_error,omitempty"`
+	// Requests counts S3 requests by operation, retries included.
+	Requests map[string]int64 `json:"requests,omitempty"`
+}
+
+// Controller is what the control socket serves: the running agent
+// implements it.
+type Controller interface {
+	// Status returns a snapshot.
+	Status() Status
+	// Flush blocks until every step seen so far is committed (or abandoned),
+	// or ctx ends; it returns the steps still not committed.
+	Flush(ctx context.Context) (notCommitted []int64, err error)
+}
