@@ -24,6 +24,7 @@ import (
 func TestMain(m *testing.M) { s3test.Main(m) }
 
 func TestStore(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return srv.Store(t, srv.NewBucket(t))
@@ -55,6 +56,7 @@ func uploadMultipart(t *testing.T, st store.Store, key string, data []byte, part
 // verify that all non-final parts have the same size (R2 refuses the
 // completion otherwise) before it completes.
 func TestPartSizesBeforeComplete(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	st := srv.Store(t, srv.NewBucket(t))
 	const partSize = store.MinPartSize
@@ -95,6 +97,7 @@ func TestPartSizesBeforeComplete(t *testing.T) {
 // TestListPartsPages lists more parts than one ListParts page holds (1,000).
 // Parts are 1 byte: only completion checks part sizes.
 func TestListPartsPages(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	st := srv.Store(t, srv.NewBucket(t))
 	id, err := st.CreateMultipart(t.Context(), "many")
@@ -126,6 +129,7 @@ func TestListPartsPages(t *testing.T) {
 
 // TestListUploadsPages lists more uploads than one page holds (1,000).
 func TestListUploadsPages(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	st := srv.Store(t, srv.NewBucket(t))
 	const n = 1003
@@ -195,6 +199,7 @@ func cmpOr(a, b error) error {
 // TestSDKReadsBack reads what ferry wrote with a plain SDK client, to catch
 // anything (an encoding, a checksum trailer) only ferry could read.
 func TestSDKReadsBack(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
 	st := srv.Store(t, bucket)
@@ -272,6 +277,7 @@ func TestCABundle(t *testing.T) {
 }
 
 func TestBadCredentials(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
 	for _, c := range []struct {
@@ -316,6 +322,7 @@ func checkCredentialsError(t *testing.T, op string, err error, bucket string) {
 }
 
 func TestMissingBucket(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	const bucket = "ferry-no-such-bucket"
 	st := srv.Store(t, bucket)
@@ -346,6 +353,7 @@ func TestMissingBucket(t *testing.T) {
 // payloads carrying a CRC32C header, no SDK-added checksums, no
 // aws-chunked encoding and no Expect: 100-continue.
 func TestWire(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
 	px := newProxy(t, srv.Endpoint)
@@ -405,6 +413,7 @@ func TestWire(t *testing.T) {
 // checks that every operation recovers, bodies are rewound, and the counter
 // sees every attempt.
 func TestRetries(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
 	px := newProxy(t, srv.Endpoint)
@@ -470,6 +479,7 @@ func TestRetries(t *testing.T) {
 
 // TestCancel checks that a cancelled context ends a call without retries.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Shared(t)
 	st := srv.Store(t, srv.NewBucket(t))
 	ctx, cancel := context.WithCancel(t.Context())
