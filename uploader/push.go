@@ -1,6 +1,7 @@
 package uploader
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -33,6 +34,15 @@ type PushOptions struct {
 	StateDir string
 	// Rank, when set, gives the rank a file belongs to (nil for shared files).
 	Rank func(relPath string) *int
+	// Blobs are small files held in memory rather than read from disk (a
+	// framework's "latest" pointer as it read for this step).
+	Blobs []Blob
+}
+
+// Blob is a small in-memory file pushed with a step.
+type Blob struct {
+	RelPath string
+	Data    []byte
 }
 
 // PushResult reports what a push did.
@@ -67,19 +77,15 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		return PushResult{}, fmt.Errorf("push step %d: check for a committed manifest: %w", opts.Step, err)
 	}
 
-	owner := fmt.Sprintf("%s step %d", opts.Location, opts.Step)
+	owner := stateOwner(opts.Location, opts.Step)
 	var state *State
 	if opts.StateDir != "" {
-		sum := sha256.Sum256([]byte(owner))
-		path := filepath.Join(opts.StateDir, "push-"+hex.EncodeToString(sum[:8])+".json")
-		if state, err = OpenState(path, owner, NewAttempt); err != nil {
+		if state, err = OpenState(statePath(opts.StateDir, owner), owner, NewAttempt); err != nil {
 			return PushResult{}, fmt.Errorf("push step %d: %w", opts.Step, err)
 		}
 		if err := state.Save(); err != nil {
 			return PushResult{}, fmt.Errorf("push step %d: %w", opts.Step, err)
 		}
-	} else {
-		state = nil
 	}
 	attempt := NewAttempt()
 	if state != nil {
@@ -99,6 +105,13 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	entries, err := up.Upload(ctx, files)
 	if err != nil {
 		return PushResult{Stats: up.Stats()}, fmt.Errorf("push step %d: %w", opts.Step, err)
+	}
+	for _, b := range opts.Blobs {
+		f, err := putBlob(ctx, st, manifest.DataKey(opts.Prefix, opts.Step, attempt, b.RelPath), b)
+		if err != nil {
+			return PushResult{Stats: up.Stats()}, fmt.Errorf("push step %d: %w", opts.Step, err)
+		}
+		entries = append(entries, f)
 	}
 	m := &manifest.Manifest{
 		Format:   manifest.FormatVersion,
@@ -129,10 +142,59 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	return PushResult{Manifest: existing, Committed: committed, Stats: up.Stats()}, nil
 }
 
+func stateOwner(location string, step int64) string {
+	return fmt.Sprintf("%s step %d", location, step)
+}
+
+func statePath(dir, owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return filepath.Join(dir, "push-"+hex.EncodeToString(sum[:8])+".json")
+}
+
+// Abandon discards an unfinished push of a step: it aborts the multipart
+// uploads its state records, deletes the objects it already wrote (nothing
+// references them: the step was never committed) and removes the state.
+// The agent calls it when the trainer deletes a step before it is durable.
+// It must not be called for a step that may still be committed.
+func Abandon(ctx context.Context, st store.Store, stateDir, location, prefix string, step int64, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	owner := stateOwner(location, step)
+	path := statePath(stateDir, owner)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	state, err := OpenState(path, owner, func() string { return "" })
+	if err != nil {
+		return fmt.Errorf("abandon step %d: %w", step, err)
+	}
+	var firstErr error
+	for key, up := range state.Uploads() {
+		if err := st.AbortMultipart(ctx, key, up.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) && firstErr == nil {
+			firstErr = fmt.Errorf("abandon step %d: abort upload of %s: %w", step, key, err)
+		}
+	}
+	for key := range state.DoneObjects() {
+		if err := st.Delete(ctx, key); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("abandon step %d: delete %s: %w", step, key, err)
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	log.Info("abandoned unfinished upload", zap.Int64("step", step), zap.Int("multipart_aborted", len(state.Uploads())), zap.Int("objects_deleted", len(state.DoneObjects())))
+	return state.Delete()
+}
+
 // pushCommitted handles a push of a step that is already committed: it
 // hashes the local files and compares, uploading nothing.
 func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifest) (PushResult, error) {
 	local := &manifest.Manifest{Step: opts.Step, Symlinks: opts.Tree.Symlinks}
+	for _, b := range opts.Blobs {
+		sum := blake3.Sum256(b.Data)
+		local.Files = append(local.Files, manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:])})
+	}
 	var hashed int64
 	for _, f := range opts.Tree.Files {
 		sum, n, err := HashFile(ctx, f.LocalPath)
@@ -147,6 +209,15 @@ func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifes
 		return PushResult{Manifest: prev, Stats: stats}, fmt.Errorf("push step %d: %w (compare with `ferry show --step %d`)", opts.Step, manifest.ErrConflict, opts.Step)
 	}
 	return PushResult{Manifest: prev, Committed: false, Stats: stats}, nil
+}
+
+// putBlob writes an in-memory file with one PUT.
+func putBlob(ctx context.Context, st store.Store, key string, b Blob) (manifest.File, error) {
+	if _, err := st.Put(ctx, key, bytes.NewReader(b.Data), int64(len(b.Data)), store.PutOptions{CRC32C: store.CRC32C(b.Data)}); err != nil {
+		return manifest.File{}, fmt.Errorf("upload %s: %w", b.RelPath, err)
+	}
+	sum := blake3.Sum256(b.Data)
+	return manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:]), Key: key}, nil
 }
 
 func deleteObjects(ctx context.Context, st store.Store, files []manifest.File, log *zap.Logger) {

@@ -143,6 +143,17 @@ func (s *State) Uploads() map[string]Upload {
 	return out
 }
 
+// DoneObjects returns a copy of the records of objects written whole.
+func (s *State) DoneObjects() map[string]DoneObject {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]DoneObject, len(s.data.Done))
+	for k, v := range s.data.Done {
+		out[k] = v
+	}
+	return out
+}
+
 // Delete removes the state file: the push it belonged to is finished.
 func (s *State) Delete() error {
 	s.mu.Lock()
