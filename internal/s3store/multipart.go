@@ -2,7 +2,10 @@ package s3store
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -100,9 +103,53 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: completed},
 	})
 	if err != nil {
-		return store.ObjectInfo{}, s.mapErr(err, fmt.Sprintf("complete multipart upload of %s (%d parts)", key, len(parts)), false)
+		err = s.mapErr(err, fmt.Sprintf("complete multipart upload of %s (%d parts)", key, len(parts)), false)
+		if errors.Is(err, store.ErrNotExist) && !errors.Is(err, ErrNoSuchBucket) {
+			if info, ok := s.completedBefore(ctx, key, parts, size); ok {
+				return info, nil
+			}
+		}
+		return store.ObjectInfo{}, err
 	}
 	return store.ObjectInfo{Key: key, Size: size, ETag: aws.ToString(out.ETag)}, nil
+}
+
+// completedBefore reports whether key already holds exactly these parts:
+// when a completion succeeds but its response is lost, the retry finds the
+// upload gone (NoSuchUpload). The object's composite CRC32C, a CRC32C over
+// the parts' CRC32Cs, identifies the parts.
+func (s *Store) completedBefore(ctx context.Context, key string, parts []store.Part, size int64) (store.ObjectInfo, bool) {
+	want, ok := compositeCRC32C(parts)
+	if !ok {
+		return store.ObjectInfo{}, false
+	}
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{
+		Bucket:       aws.String(s.bucket),
+		Key:          aws.String(key),
+		ChecksumMode: types.ChecksumModeEnabled,
+	})
+	if err != nil || aws.ToString(out.ChecksumCRC32C) != want || aws.ToInt64(out.ContentLength) != size {
+		return store.ObjectInfo{}, false
+	}
+	s.log.Debug("multipart upload was completed by an earlier attempt", zap.String("key", key))
+	return store.ObjectInfo{Key: key, Size: size, ETag: aws.ToString(out.ETag), LastModified: aws.ToTime(out.LastModified)}, true
+}
+
+// compositeCRC32C returns the checksum S3 gives an object assembled from
+// parts with CRC32C checksums: base64(CRC32C(sum1 || sum2 || ...)) + "-N".
+func compositeCRC32C(parts []store.Part) (string, bool) {
+	if len(parts) == 0 {
+		return "", false
+	}
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	for _, p := range parts {
+		sum, err := base64.StdEncoding.DecodeString(p.CRC32C)
+		if err != nil || len(sum) != 4 {
+			return "", false
+		}
+		h.Write(sum)
+	}
+	return fmt.Sprintf("%s-%d", store.EncodeCRC32C(h.Sum32()), len(parts)), true
 }
 
 // AbortMultipart implements store.Store.

@@ -17,6 +17,7 @@ type fault struct {
 	status int    // answer with this status and error code
 	code   string // S3 error code
 	cut    bool   // read part of the body, then drop the connection
+	lose   bool   // forward the request, then drop the connection
 }
 
 // recorded is one request seen by the proxy.
@@ -135,6 +136,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case f == nil:
 		p.rp.ServeHTTP(w, r)
+	case f.lose:
+		p.rp.ServeHTTP(httptest.NewRecorder(), r)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
 	case f.cut:
 		_, _ = io.CopyN(io.Discard, r.Body, r.ContentLength/2)
 		conn, _, err := w.(http.Hijacker).Hijack()
