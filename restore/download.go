@@ -423,7 +423,7 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 // keepExisting reports whether the final path already holds a regular file
 // with the manifest's size and BLAKE3, as after an interrupted restore.
 func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error) {
-	fi, err := os.Lstat(job.abs)
+	fi, err := r.root.Lstat(job.rel)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -433,7 +433,7 @@ func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error)
 	if !fi.Mode().IsRegular() || fi.Size() != job.file.Size {
 		return false, nil
 	}
-	f, err := os.Open(job.abs)
+	f, err := r.root.Open(job.rel)
 	if err != nil {
 		return false, err
 	}
@@ -454,7 +454,7 @@ func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error)
 // verifies it and renames it into place. On any error the temp file is
 // removed and the final path is untouched.
 func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err error) {
-	f, tmp, err := createTemp(job.dir, job.abs)
+	f, tmp, err := r.createTemp(job.rel)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", job.file.Path, err)
 	}
@@ -467,7 +467,7 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 		r.mu.Unlock()
 		if !placed {
 			f.Close()
-			os.Remove(tmp)
+			r.root.Remove(tmp)
 		}
 	}()
 	r.queue.push(t) // a 0-byte file has no chunks: nothing to GET

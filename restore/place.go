@@ -61,11 +61,12 @@ func tempOf(name string) string {
 	return rest[:i]
 }
 
-// createTemp creates a new, empty temp file for the final path abs in dir.
-func createTemp(dir, abs string) (*os.File, string, error) {
+// createTemp creates a new, empty temp file beside the root-relative path
+// rel and returns it with its root-relative name.
+func (r *restorer) createTemp(rel string) (*os.File, string, error) {
 	for range 10 {
-		tmp := filepath.Join(dir, tempName(filepath.Base(abs)))
-		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		tmp := filepath.Join(filepath.Dir(rel), tempName(filepath.Base(rel)))
+		f, err := r.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
@@ -74,7 +75,7 @@ func createTemp(dir, abs string) (*os.File, string, error) {
 		}
 		return f, tmp, nil
 	}
-	return nil, "", fmt.Errorf("create temp file in %s: too many name collisions", dir)
+	return nil, "", fmt.Errorf("create temp file in %s: too many name collisions", filepath.Dir(rel))
 }
 
 // place checks, fsyncs and renames a verified temp file over the final
@@ -93,22 +94,24 @@ func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, job.abs); err != nil {
+	if err := r.root.Rename(tmp, job.rel); err != nil {
 		return err
 	}
-	r.addSyncDir(job.dir)
+	r.addSyncDir(filepath.Dir(job.rel))
 	return nil
 }
 
-func (r *restorer) addSyncDir(dir string) {
+// addSyncDir notes a root-relative directory whose entries changed.
+func (r *restorer) addSyncDir(rel string) {
 	r.mu.Lock()
-	r.syncDirs[dir] = true
+	r.syncDirs[rel] = true
 	r.mu.Unlock()
 }
 
-// makeDirs creates the target directory and the planned directories, and
-// returns the ones it created, parents first.
-func (r *restorer) makeDirs(p *plan) ([]string, error) {
+// openRoot creates the target directory if needed and opens it as an
+// os.Root, through which every later write goes, then creates the planned
+// directories. It records what it creates, for removal after a failure.
+func (r *restorer) openRoot(p *plan) error {
 	var missing []string
 	for d := p.root; ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
@@ -116,67 +119,89 @@ func (r *restorer) makeDirs(p *plan) ([]string, error) {
 		}
 		missing = append(missing, d)
 	}
-	for i, j := 0, len(missing)-1; i < j; i, j = i+1, j-1 {
-		missing[i], missing[j] = missing[j], missing[i]
+	for i := len(missing) - 1; i >= 0; i-- {
+		d := missing[i]
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create target directory: %w", err)
+		}
+		r.madeOutside = append(r.madeOutside, d)
+		r.syncOutside = append(r.syncOutside, filepath.Dir(d))
 	}
-	var created []string
-	for _, d := range append(missing, p.mkdir...) {
-		err := os.Mkdir(d, 0o755)
+	root, err := os.OpenRoot(p.root)
+	if err != nil {
+		return fmt.Errorf("open target directory: %w", err)
+	}
+	r.root = root
+	for _, d := range p.mkdir {
+		err := root.Mkdir(d, 0o755)
 		if errors.Is(err, fs.ErrExist) {
-			if fi, serr := os.Lstat(d); serr == nil && fi.IsDir() {
+			if fi, serr := root.Lstat(d); serr == nil && fi.IsDir() {
 				continue
 			}
 		}
 		if err != nil {
-			return created, fmt.Errorf("create directory: %w", err)
+			return fmt.Errorf("create directory: %w", err)
 		}
-		created = append(created, d)
+		r.madeInside = append(r.madeInside, d)
 		r.addSyncDir(filepath.Dir(d))
 	}
-	return created, nil
+	return nil
 }
 
-// removeEmptyDirs removes directories a failed restore created, children
-// first, if nothing else was put in them.
-func removeEmptyDirs(created []string) {
-	for i := len(created) - 1; i >= 0; i-- {
-		os.Remove(created[i]) // fails, as it should, when not empty
+// removeMadeDirs removes the directories a failed restore created,
+// children first, if nothing else was put in them.
+func (r *restorer) removeMadeDirs() {
+	for i := len(r.madeInside) - 1; i >= 0 && r.root != nil; i-- {
+		r.root.Remove(r.madeInside[i]) // fails, as it should, when not empty
+	}
+	for i := len(r.madeOutside) - 1; i >= 0; i-- {
+		os.Remove(r.madeOutside[i])
 	}
 }
 
 // removeStale removes temp files an interrupted restore left beside the
 // planned paths. Only names of our temp pattern made for a planned entry
 // of that directory are touched.
-func removeStale(p *plan) error {
+func (r *restorer) removeStale(p *plan) error {
 	byDir := map[string]map[string]bool{}
-	add := func(dir, abs string) {
+	add := func(rel string) {
+		dir := filepath.Dir(rel)
 		if byDir[dir] == nil {
 			byDir[dir] = map[string]bool{}
 		}
-		byDir[dir][filepath.Base(abs)] = true
+		byDir[dir][filepath.Base(rel)] = true
 	}
 	for _, f := range p.files {
-		add(f.dir, f.abs)
+		add(f.rel)
 	}
 	for _, l := range p.links {
-		add(l.dir, l.abs)
+		add(l.rel)
 	}
 	for dir, names := range byDir {
-		ents, err := os.ReadDir(dir)
+		ents, err := r.readDir(dir)
 		if err != nil {
-			return fmt.Errorf("list %s: %w", dir, err)
+			return fmt.Errorf("list %s: %w", filepath.Join(p.root, dir), err)
 		}
 		for _, e := range ents {
 			base := tempOf(e.Name())
 			if base == "" || e.IsDir() || !madeFor(base, names) {
 				continue
 			}
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := r.root.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove stale temp file: %w", err)
 			}
 		}
 	}
 	return nil
+}
+
+func (r *restorer) readDir(rel string) ([]fs.DirEntry, error) {
+	d, err := r.root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir(-1)
 }
 
 // madeFor reports whether a temp file's base names one of names, allowing
@@ -203,15 +228,15 @@ func (r *restorer) placeLinks(p *plan) error {
 		if l.keep {
 			continue
 		}
-		tmp := filepath.Join(l.dir, tempName(filepath.Base(l.abs)))
-		if err := os.Symlink(l.link.Target, tmp); err != nil {
+		tmp := filepath.Join(filepath.Dir(l.rel), tempName(filepath.Base(l.rel)))
+		if err := r.root.Symlink(l.link.Target, tmp); err != nil {
 			return fmt.Errorf("symlink %s: %w", l.link.Path, err)
 		}
-		if err := os.Rename(tmp, l.abs); err != nil {
-			os.Remove(tmp)
+		if err := r.root.Rename(tmp, l.rel); err != nil {
+			r.root.Remove(tmp)
 			return fmt.Errorf("symlink %s: %w", l.link.Path, err)
 		}
-		r.addSyncDir(l.dir)
+		r.addSyncDir(filepath.Dir(l.rel))
 	}
 	return nil
 }
@@ -232,14 +257,17 @@ func (r *restorer) syncAllDirs(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			return syncDir(d)
+			return syncDir(r.root.Open(d))
 		})
+	}
+	// Parents of a target directory this run created.
+	for _, d := range r.syncOutside {
+		g.Go(func() error { return syncDir(os.Open(d)) })
 	}
 	return g.Wait()
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(d *os.File, err error) error {
 	if err != nil {
 		return fmt.Errorf("fsync directory: %w", err)
 	}
@@ -247,7 +275,7 @@ func syncDir(dir string) error {
 	err = d.Sync()
 	// Some file systems cannot fsync a directory; there is nothing more to do.
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
+		return fmt.Errorf("fsync directory %s: %w", d.Name(), err)
 	}
 	return nil
 }

@@ -20,25 +20,26 @@ const maxLinkHops = 40
 // fileJob is one manifest file to put in place.
 type fileJob struct {
 	file manifest.File
-	abs  string // final path on disk, parent resolved (no symlinks above it)
-	dir  string // abs's directory
+	// rel is the final path relative to the root, with the symlinks above
+	// it resolved; writes go through an os.Root, so a symlink swapped in
+	// after planning cannot carry them outside either. abs is for messages.
+	rel, abs string
 
 	reported int64 // bytes already reported to Progress (file goroutine only)
 }
 
 // linkJob is one manifest symlink to put in place.
 type linkJob struct {
-	link manifest.Symlink
-	abs  string
-	dir  string
-	keep bool // an identical link is already there
+	link     manifest.Symlink
+	rel, abs string
+	keep     bool // an identical link is already there
 }
 
 // plan is everything a restore will write, checked against the manifest and
 // the target directory as it is before anything is written.
 type plan struct {
 	root  string    // target directory, symlinks resolved
-	mkdir []string  // directories to create, parents first
+	mkdir []string  // directories to create (root-relative), parents first
 	files []fileJob // in manifest order
 	links []linkJob
 }
@@ -114,8 +115,7 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 			return nil, err
 		}
 		fileRel[rel] = true
-		abs := filepath.Join(root, filepath.FromSlash(rel))
-		p.files = append(p.files, fileJob{file: f, abs: abs, dir: filepath.Dir(abs)})
+		p.files = append(p.files, fileJob{file: f, rel: filepath.FromSlash(rel), abs: filepath.Join(root, filepath.FromSlash(rel))})
 	}
 	linkRel := map[string]string{}
 	for _, l := range m.Symlinks {
@@ -124,8 +124,7 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 			return nil, err
 		}
 		linkRel[rel] = l.Target
-		abs := filepath.Join(root, filepath.FromSlash(rel))
-		p.links = append(p.links, linkJob{link: l, abs: abs, dir: filepath.Dir(abs)})
+		p.links = append(p.links, linkJob{link: l, rel: filepath.FromSlash(rel), abs: filepath.Join(root, filepath.FromSlash(rel))})
 	}
 	// No write may pass through another entry: "a" restored as a file or a
 	// link and "a/b" reached through an existing symlink would write through
@@ -254,14 +253,7 @@ func (p *plan) checkLinkTargets(files map[string]bool, links map[string]string, 
 		if path.IsAbs(l.link.Target) || strings.ContainsAny(l.link.Target, "\\\x00") {
 			return fmt.Errorf("%s: link target %q is not a relative path", l.link.Path, l.link.Target)
 		}
-		rel, err := filepath.Rel(p.root, l.dir)
-		if err != nil {
-			return fmt.Errorf("%s: %w", l.link.Path, err)
-		}
-		if rel == "." {
-			rel = ""
-		}
-		_, err = resolve(filepath.ToSlash(rel), l.link.Target, false, after, inside, nil)
+		_, err := resolve(dirOf(filepath.ToSlash(l.rel)), l.link.Target, false, after, inside, nil)
 		if err != nil && !errors.Is(err, errNotDir) {
 			return fmt.Errorf("%s: link target %q %w", l.link.Path, l.link.Target, err)
 		}
@@ -364,13 +356,14 @@ func insideRoot(target, root, alias string) (string, bool) {
 	return "", false
 }
 
-// missingDirs lists the directories the restore must create, parents first.
+// missingDirs lists the directories the restore must create, relative to
+// the root, parents first.
 func missingDirs(root string, dirs map[string]string) []string {
 	var out []string
 	for rel := range dirs {
-		abs := filepath.Join(root, filepath.FromSlash(rel))
-		if _, err := os.Lstat(abs); errors.Is(err, fs.ErrNotExist) {
-			out = append(out, abs)
+		rel = filepath.FromSlash(rel)
+		if _, err := os.Lstat(filepath.Join(root, rel)); errors.Is(err, fs.ErrNotExist) {
+			out = append(out, rel)
 		}
 	}
 	sort.Strings(out) // a parent is a prefix of its children, so sorts first

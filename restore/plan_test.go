@@ -114,7 +114,7 @@ func TestPlanMissingTargetIsCreatedParentsFirst(t *testing.T) {
 	if p.root != filepath.Join(real, "new", "target") {
 		t.Errorf("root %s", p.root)
 	}
-	want := []string{filepath.Join(p.root, "a"), filepath.Join(p.root, "a/b"), filepath.Join(p.root, "a/c")}
+	want := []string{"a", filepath.FromSlash("a/b"), filepath.FromSlash("a/c")}
 	if strings.Join(p.mkdir, " ") != strings.Join(want, " ") {
 		t.Errorf("mkdir %v, want %v", p.mkdir, want)
 	}

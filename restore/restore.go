@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"go.uber.org/zap"
@@ -131,6 +132,7 @@ type restorer struct {
 	log      *zap.Logger
 	queue    *queue
 	hashBufs sync.Pool
+	root     *os.Root // the target directory; all writes go through it
 
 	mu         sync.Mutex
 	done       int64
@@ -138,7 +140,13 @@ type restorer struct {
 	kept       int
 	downloaded int
 	fetched    int64
-	syncDirs   map[string]bool
+	// Directories to fsync at the end: root-relative ones whose entries
+	// changed, and absolute parents of a target directory this run made.
+	syncDirs    map[string]bool
+	syncOutside []string
+	// Directories this run created, for removal if it fails.
+	madeInside  []string // root-relative
+	madeOutside []string // the target directory and its missing parents
 }
 
 func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (Result, error) {
@@ -173,16 +181,18 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 
 // run writes the plan: directories, files, links, then directory fsyncs.
 func (r *restorer) run(ctx context.Context, p *plan) (err error) {
-	created, err := r.makeDirs(p)
 	defer func() {
 		if err != nil {
-			removeEmptyDirs(created)
+			r.removeMadeDirs()
+		}
+		if r.root != nil {
+			r.root.Close()
 		}
 	}()
-	if err != nil {
+	if err := r.openRoot(p); err != nil {
 		return err
 	}
-	if err := removeStale(p); err != nil {
+	if err := r.removeStale(p); err != nil {
 		return err
 	}
 	if err := r.fetchAll(ctx, p); err != nil {
