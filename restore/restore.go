@@ -159,11 +159,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 	if err != nil {
 		return res, err
 	}
-	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
-	r.hashBufs.New = func() any { b := make([]byte, hashBufSize); return &b }
-	for _, f := range p.files {
-		r.total += f.file.Size
-	}
+	r := newRestorer(opts, p)
 	res.Files, res.Bytes = len(p.files), r.total
 	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),
 		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))
@@ -177,6 +173,15 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 	r.log.Info("restored checkpoint", zap.Int64("step", m.Step), zap.Int("kept", r.kept),
 		zap.Int("downloaded", r.downloaded), zap.Int64("bytes_downloaded", r.fetched))
 	return res, nil
+}
+
+func newRestorer(opts Options, p *plan) *restorer {
+	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
+	r.hashBufs.New = func() any { b := make([]byte, hashBufSize); return &b }
+	for _, f := range p.files {
+		r.total += f.file.Size
+	}
+	return r
 }
 
 // run writes the plan: directories, files, links, then directory fsyncs.

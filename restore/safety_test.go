@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -101,4 +103,28 @@ func TestRestoreThroughExistingLinkInside(t *testing.T) {
 		t.Errorf("target holds %v", got)
 	}
 	assertFile(t, filepath.Join(dir, "real/x"), []byte("x"))
+}
+
+// A directory swapped for a symlink between planning and writing (another
+// local process) cannot carry the writes outside: they go through an
+// os.Root of the target.
+func TestRestoreSwapAfterPlan(t *testing.T) {
+	st := store.NewMemStore()
+	m := commit(t, st, 1, []tfile{{path: "sub/x", data: []byte("x")}}, nil)
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	p, err := makePlan(m, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "sub"))
+	os.Symlink(elsewhere, filepath.Join(dir, "sub"))
+	opts := Options{Store: st, Prefix: testPrefix, Dir: dir, Concurrency: 2, ChunkSize: mib, Logger: zap.NewNop()}
+	err = newRestorer(opts, p).run(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), "path escapes from parent") {
+		t.Fatalf("got %v, want the write refused", err)
+	}
+	if got := tree(t, elsewhere); len(got) != 0 {
+		t.Errorf("written outside the target: %v", got)
+	}
 }
