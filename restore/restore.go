@@ -9,6 +9,16 @@
 // place, and recreates the manifest's symlinks last. A final path only ever
 // holds its old content or the verified new content.
 //
+// What is replaced: a file with the wrong content, or a symlink where the
+// manifest has a file, is replaced by rename (a link's target is never
+// written); a link with another target is replaced by a temp link and
+// rename. A directory where a file or link goes, or a regular file where a
+// link goes, fails the restore before anything is written: those may be
+// user data, and ferry does not delete what it did not write. Files the
+// manifest does not mention are left alone. Files of a step are placed as
+// they are verified, so a failed restore can leave a mix of old and new
+// files, each of them whole; running it again finishes the job.
+//
 // One restore at a time per target directory: a restore removes temp files
 // left by an earlier, interrupted one, which would break a concurrent one.
 package restore
@@ -48,7 +58,9 @@ type Options struct {
 	// the highest committed step. Note that the zero value is step 0.
 	Step int64
 	// Concurrency is the number of ranged GETs in flight across all files
-	// (default DefaultConcurrency).
+	// (default DefaultConcurrency). Memory is about Concurrency x 1.5 MiB:
+	// a 1 MiB copy buffer per GET and a 256 KiB read-back buffer for each
+	// of up to 2 x Concurrency files being hashed.
 	Concurrency int
 	// ChunkSize is the size of one ranged GET (default DefaultChunkSize).
 	// It does not size any buffer: bodies are streamed to disk.
@@ -84,7 +96,8 @@ type Result struct {
 // wrapping manifest.ErrNoCheckpoint when the step (or, for LatestStep, any
 // step) is not committed, and context.Canceled when ctx is cancelled; after
 // any error, final paths hold either their previous content or verified new
-// content, and no temp files remain.
+// content, and no temp files remain (if the process is killed instead, the
+// next restore into the directory removes them).
 func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.Store == nil {
 		return Result{}, errors.New("restore: no store")
