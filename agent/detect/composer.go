@@ -85,7 +85,7 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 					if e.Err != nil {
 						c.Errs = append(c.Errs, e.Err)
 					}
-					addEntry(c, e)
+					addEntry(c, &e)
 				}
 			}
 		}

@@ -11,22 +11,25 @@ import (
 
 // stat is what settling compares for one path.
 type stat struct {
+	path    string
 	size    int64
-	modTime time.Time
+	modTime int64
 }
 
-// fingerprint maps every file and temporary path of a candidate to its
-// stat: a file added, removed, grown or touched changes it.
-type fingerprint map[string]stat
+// fingerprint lists every file and temporary path of a candidate with its
+// stat, in the candidate's order: a file added, removed, grown or touched
+// changes it. Layouts list a step's contents in a fixed order, so equal
+// contents give equal fingerprints.
+type fingerprint []stat
 
 func fingerprintOf(t *Tree, c *Candidate) fingerprint {
-	fp := make(fingerprint, len(c.Step.Files)+len(c.Temps))
+	fp := make(fingerprint, 0, len(c.Step.Files)+len(c.Temps))
 	for _, f := range c.Step.Files {
-		fp[f.RelPath] = stat{f.Size, f.ModTime}
+		fp = append(fp, stat{f.RelPath, f.Size, f.ModTime.UnixNano()})
 	}
 	for _, p := range c.Temps {
 		e, _ := t.Get(p)
-		fp[p] = stat{e.Size, e.ModTime}
+		fp = append(fp, stat{p, e.Size, e.ModTime.UnixNano()})
 	}
 	return fp
 }
@@ -35,8 +38,8 @@ func (a fingerprint) equal(b fingerprint) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	for p, s := range a {
-		if o, ok := b[p]; !ok || o.size != s.size || !o.modTime.Equal(s.modTime) {
+	for i := range a {
+		if a[i] != b[i] {
 			return false
 		}
 	}
@@ -44,8 +47,11 @@ func (a fingerprint) equal(b fingerprint) bool {
 }
 
 func (a fingerprint) touched(paths map[string]struct{}) bool {
-	for p := range paths {
-		if _, ok := a[p]; ok {
+	if len(paths) == 0 {
+		return false
+	}
+	for _, s := range a {
+		if _, ok := paths[s.path]; ok {
 			return true
 		}
 	}

@@ -69,7 +69,7 @@ func (l *flatLayout) Steps(t *Tree) []Candidate {
 		case e.Err != nil:
 			c.Errs = append(c.Errs, e.Err)
 		default:
-			addEntry(c, e)
+			addEntry(c, &e)
 		}
 		entries[id]++
 	}

@@ -60,7 +60,7 @@ func age(t *testing.T, dir string) {
 	}
 }
 
-func write(t *testing.T, dir, rel, content string) {
+func write(t testing.TB, dir, rel, content string) {
 	t.Helper()
 	p := filepath.Join(dir, filepath.FromSlash(rel))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -220,11 +220,11 @@ func folderStep(t *Tree, root string, number int64) Candidate {
 	}
 	var walk func(dir string)
 	walk = func(dir string) {
-		for _, e := range t.Children(dir) {
+		t.eachChild(dir, func(e *Entry) {
 			switch {
 			case IsTempName(e.Name()):
 				c.Temps = append(c.Temps, e.Path)
-				continue
+				return
 			case e.Err != nil:
 				c.Errs = append(c.Errs, fmt.Errorf("%s: %w", e.Path, e.Err))
 			}
@@ -232,7 +232,7 @@ func folderStep(t *Tree, root string, number int64) Candidate {
 			if e.IsDir() {
 				walk(e.Path)
 			}
-		}
+		})
 	}
 	walk(root)
 	return c
@@ -240,11 +240,11 @@ func folderStep(t *Tree, root string, number int64) Candidate {
 
 // addEntry adds a regular file or a link to a candidate; other entries are
 // never part of a step.
-func addEntry(c *Candidate, e Entry) {
+func addEntry(c *Candidate, e *Entry) {
 	switch {
 	case e.Err != nil:
 	case e.IsRegular():
-		c.Step.Files = append(c.Step.Files, File{RelPath: e.Path, Size: e.Size, ModTime: e.ModTime, Rank: RankOf(e.Path)})
+		c.Step.Files = append(c.Step.Files, File{RelPath: e.Path, Size: e.Size, ModTime: e.ModTime, Rank: e.Rank()})
 	case e.IsSymlink():
 		c.Step.Symlinks = append(c.Step.Symlinks, Symlink{RelPath: e.Path, Target: e.Target})
 	}
@@ -254,16 +254,16 @@ func addEntry(c *Candidate, e Entry) {
 // re, with the step number from re's first group.
 func numberedDirs(t *Tree, re *regexp.Regexp) map[int64]string {
 	out := map[int64]string{}
-	for _, e := range t.Children("") {
+	t.eachChild("", func(e *Entry) {
 		if !e.IsDir() {
-			continue
+			return
 		}
 		if m := re.FindStringSubmatch(e.Name()); m != nil {
 			if n, ok := parseStep(m[1]); ok {
 				out[n] = e.Path
 			}
 		}
-	}
+	})
 	return out
 }
 

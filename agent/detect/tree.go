@@ -26,6 +26,18 @@ type Entry struct {
 	// Err is set when the entry could not be examined (a directory that
 	// cannot be listed, a link that cannot be read).
 	Err error
+
+	// rank caches RankOf(Path), which depends on the path alone.
+	rank     *int
+	rankDone bool
+}
+
+// Rank returns RankOf(e.Path), computed once per path.
+func (e *Entry) Rank() *int {
+	if !e.rankDone {
+		e.rank, e.rankDone = RankOf(e.Path), true
+	}
+	return e.rank
 }
 
 // IsDir reports whether the entry is a directory (not a link to one).
@@ -47,6 +59,10 @@ type Tree struct {
 	root     string
 	entries  map[string]*Entry
 	children map[string]map[string]struct{}
+	// sorted caches each folder's children in name order; a folder's
+	// cache is dropped whenever a child is added or removed (entries are
+	// updated in place, so the cached pointers stay current).
+	sorted map[string][]*Entry
 }
 
 func newTree(root string) *Tree {
@@ -54,6 +70,7 @@ func newTree(root string) *Tree {
 		root:     root,
 		entries:  map[string]*Entry{},
 		children: map[string]map[string]struct{}{},
+		sorted:   map[string][]*Entry{},
 	}
 }
 
@@ -71,13 +88,28 @@ func (t *Tree) Get(p string) (Entry, bool) {
 
 // Children returns the entries directly inside dir, sorted by name.
 func (t *Tree) Children(dir string) []Entry {
-	names := t.children[dir]
-	out := make([]Entry, 0, len(names))
-	for name := range names {
-		out = append(out, *t.entries[join(dir, name)])
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	out := make([]Entry, 0, len(t.children[dir]))
+	t.eachChild(dir, func(e *Entry) {
+		e.Rank() // cached on the stored entry, so the copy carries it
+		out = append(out, *e)
+	})
 	return out
+}
+
+// eachChild calls fn for the entries directly inside dir, sorted by name,
+// without copying them; fn must not change the tree.
+func (t *Tree) eachChild(dir string, fn func(*Entry)) {
+	ents, ok := t.sorted[dir]
+	if !ok {
+		for name := range t.children[dir] {
+			ents = append(ents, t.entries[join(dir, name)])
+		}
+		sort.Slice(ents, func(i, j int) bool { return ents[i].Path < ents[j].Path })
+		t.sorted[dir] = ents
+	}
+	for _, e := range ents {
+		fn(e)
+	}
 }
 
 // Walk calls fn for every entry below dir (not dir itself), parents before
@@ -134,8 +166,15 @@ func parent(p string) string {
 // set records e, replacing whatever was at its path; a directory replaced by
 // something else loses its subtree.
 func (t *Tree) set(e Entry) {
-	if old, ok := t.entries[e.Path]; ok && old.IsDir() && !e.IsDir() {
+	old, ok := t.entries[e.Path]
+	if ok && old.IsDir() && !e.IsDir() {
 		t.remove(e.Path)
+		ok = false
+	}
+	if ok {
+		e.rank, e.rankDone = old.rank, old.rankDone
+		*old = e
+		return
 	}
 	t.entries[e.Path] = &e
 	if e.Path != "" {
@@ -146,6 +185,7 @@ func (t *Tree) set(e Entry) {
 			t.children[dir] = kids
 		}
 		kids[path.Base(e.Path)] = struct{}{}
+		delete(t.sorted, dir)
 	}
 }
 
@@ -155,11 +195,13 @@ func (t *Tree) remove(p string) {
 		t.remove(join(p, name))
 	}
 	delete(t.children, p)
+	delete(t.sorted, p)
 	delete(t.entries, p)
 	if p != "" {
 		if kids := t.children[parent(p)]; kids != nil {
 			delete(kids, path.Base(p))
 		}
+		delete(t.sorted, parent(p))
 	}
 }
 
