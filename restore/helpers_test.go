@@ -48,7 +48,7 @@ func randBytes(n int, seed uint64) []byte {
 }
 
 // commit puts the files' objects and commits a manifest for them.
-func commit(t *testing.T, st store.Store, step int64, files []tfile, links []manifest.Symlink) *manifest.Manifest {
+func commit(t testing.TB, st store.Store, step int64, files []tfile, links []manifest.Symlink) *manifest.Manifest {
 	t.Helper()
 	ctx := context.Background()
 	m := &manifest.Manifest{Format: manifest.FormatVersion, Step: step, Created: time.Now().UTC(), Symlinks: links}
@@ -80,7 +80,7 @@ func putRawManifest(t *testing.T, st store.Store, m *manifest.Manifest) {
 }
 
 // overwrite replaces an object's bytes.
-func overwrite(t *testing.T, st store.Store, key string, data []byte) {
+func overwrite(t testing.TB, st store.Store, key string, data []byte) {
 	t.Helper()
 	if _, err := st.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), store.PutOptions{}); err != nil {
 		t.Fatal(err)

@@ -102,6 +102,9 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.Store == nil {
 		return Result{}, errors.New("restore: no store")
 	}
+	if opts.Dir == "" {
+		return Result{}, errors.New("restore: no target directory")
+	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
