@@ -110,7 +110,7 @@ func checkPath(p string) error {
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return fmt.Errorf("%q contains ..", p)
+			return fmt.Errorf("%q contains a .. element", p)
 		}
 		if el == "" || el == "." {
 			return fmt.Errorf("%q is not a clean path", p)

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -224,8 +223,4 @@ func checkUnchanged(path string, before fileStamp) error {
 		return fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, before.Size, after.Size)
 	}
 	return nil
-}
-
-func sortParts(parts []store.Part) {
-	sort.Slice(parts, func(i, j int) bool { return parts[i].Number < parts[j].Number })
 }
