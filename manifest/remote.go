@@ -121,14 +121,26 @@ func Steps(ctx context.Context, st store.Store, prefix string, limit int) ([]int
 // LatestStep returns the highest committed step with one listing request, or
 // ErrNoCheckpoint.
 func LatestStep(ctx context.Context, st store.Store, prefix string) (int64, error) {
+	var first string
 	steps, err := Steps(ctx, st, prefix, 1)
 	if err != nil {
 		return 0, err
 	}
-	if len(steps) == 0 {
-		return 0, ErrNoCheckpoint
+	if len(steps) == 1 {
+		return steps[0], nil
 	}
-	return steps[0], nil
+	// The first key was not a manifest (a stray object under manifests/,
+	// which sorts before real keys only if it is odd): list them all.
+	_ = st.List(ctx, ManifestsPrefix(prefix), "", 1, func(o store.ObjectInfo) error { first = o.Key; return nil })
+	if first != "" {
+		if steps, err = Steps(ctx, st, prefix, 0); err != nil {
+			return 0, err
+		}
+		if len(steps) > 0 {
+			return steps[0], nil
+		}
+	}
+	return 0, ErrNoCheckpoint
 }
 
 // Latest reads the manifest of the highest committed step, or returns
