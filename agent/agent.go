@@ -1,0 +1,388 @@
+// Package agent is ferry's background process: it watches a checkpoint
+// directory, uploads each step once it is completely written (oldest first),
+// commits the step's manifest when all its files are durable, and optionally
+// applies local retention. It holds the policy; detection is in
+// agent/detect, the mechanics of uploading in uploader.
+//
+// Data flows one way: watcher -> queue -> uploader -> committer. The queue
+// lives in memory; what must survive a crash is on disk in the state dir:
+// the uploader's per-step state files (multipart uploads in flight) and the
+// journal of committed steps. After SIGKILL the watcher's start-up scan
+// finds the steps again, committed ones are skipped, and unfinished uploads
+// resume where they stopped.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+// Defaults for zero Options.
+const (
+	DefaultDrainTimeout = 10 * time.Minute
+	DefaultRetryMin     = 2 * time.Second
+	DefaultRetryMax     = 5 * time.Minute
+)
+
+// Options configure an Agent.
+type Options struct {
+	// Store and Prefix say where checkpoints go; URL is the same place as
+	// s3://bucket/prefix, for status and for naming upload state.
+	Store  store.Store
+	Prefix string
+	URL    string
+	// Detect configures the watcher; Dir is the watched directory.
+	// AlreadyDone is set by the agent.
+	Detect detect.Options
+	// Upload configures the uploader (part size, concurrency, bandwidth).
+	// Store, State and Logger are set by the agent.
+	Upload uploader.Options
+	// StateDir holds the journal and upload state (required).
+	StateDir string
+	// KeepLocal, when > 0, deletes the local files of committed steps
+	// beyond the KeepLocal newest committed ones. 0 never deletes anything.
+	KeepLocal int
+	// DrainTimeout bounds how long Run keeps uploading after its context
+	// is cancelled.
+	DrainTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between attempts of a step.
+	RetryMin, RetryMax time.Duration
+	// Requests, when set, returns S3 request counts by operation for status.
+	Requests func() map[string]int64
+	Metrics  *Metrics
+	Logger   *zap.Logger
+}
+
+// Agent uploads checkpoint steps as they are completed on disk.
+type Agent struct {
+	opts    Options
+	log     *zap.Logger
+	journal *journal
+	watcher *detect.Watcher
+	started time.Time
+
+	mu      sync.Mutex
+	steps   map[int64]*entry
+	changed chan struct{} // closed and replaced on every state change
+	lastErr string
+	// remote holds the steps committed in the bucket when the agent started.
+	remote map[int64]bool
+
+	wake     chan struct{}
+	draining atomic.Bool
+	abort    context.CancelFunc
+	sent     atomic.Int64
+	rate     rateMeter
+}
+
+// entry is the agent's record of one step.
+type entry struct {
+	status   StepStatus
+	step     detect.Step
+	complete time.Time // when the step was found complete on disk
+	nextTry  time.Time
+	cancel   context.CancelFunc // set while uploading
+	deleted  bool               // the trainer removed or changed it mid-upload
+	cleanup  bool               // abandoned: its upload state must be discarded
+}
+
+// New checks the options and prepares the state dir (mode 0700) and the
+// watcher. It makes no request.
+func New(opts Options) (*Agent, error) {
+	if opts.Store == nil || opts.StateDir == "" || opts.Detect.Dir == "" {
+		return nil, errors.New("agent: Store, StateDir and Detect.Dir are required")
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = DefaultRetryMin
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = DefaultRetryMax
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: create state dir: %w", err)
+	}
+	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: state dir: %w", err)
+	}
+	j, err := openJournal(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{
+		opts:    opts,
+		log:     opts.Logger,
+		journal: j,
+		steps:   map[int64]*entry{},
+		changed: make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		remote:  map[int64]bool{},
+	}
+	dopts := opts.Detect
+	dopts.Logger = opts.Logger
+	dopts.AlreadyDone = a.alreadyDone
+	if dopts.CounterStart == 0 {
+		dopts.CounterStart = a.lastCommitted() + 1
+	}
+	if a.watcher, err = detect.New(dopts); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return a, nil
+}
+
+// uploadStateDir holds the uploader's per-step state files.
+func (a *Agent) uploadStateDir() string { return filepath.Join(a.opts.StateDir, "uploads") }
+
+// alreadyDone tells the watcher which steps need no upload: committed by
+// this agent before (journal) or found in the bucket at start-up.
+func (a *Agent) alreadyDone(s detect.Step) bool {
+	if a.journal.isCommitted(s.Number) {
+		return true
+	}
+	a.mu.Lock()
+	remote := a.remote[s.Number]
+	a.mu.Unlock()
+	if remote {
+		a.log.Warn("step is already committed in the bucket; not uploading it again", zap.Int64("step", s.Number))
+	}
+	return remote
+}
+
+// Run watches and uploads until ctx is cancelled; then it stops watching,
+// keeps uploading the steps already found complete for up to DrainTimeout
+// (or until Abort), and returns nil. Upload state is on disk at every
+// moment, so an interrupted drain resumes at the next start.
+func (a *Agent) Run(ctx context.Context) error {
+	a.started = time.Now()
+	hard, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	a.mu.Lock()
+	a.abort = abort
+	a.mu.Unlock()
+
+	if err := a.loadRemote(ctx); err != nil {
+		return err
+	}
+	events := make(chan detect.Event)
+	watchErr := make(chan error, 1)
+	workerDone := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		watchErr <- a.watcher.Run(ctx, events)
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(workerDone)
+		a.work(hard)
+	}()
+	defer wg.Wait()
+
+	a.log.Info("agent started", zap.String("watch", a.opts.Detect.Dir), zap.String("to", a.opts.URL),
+		zap.String("layout", a.watcher.LayoutName()), zap.String("state_dir", a.opts.StateDir))
+	for {
+		select {
+		case ev := <-events:
+			a.handle(ev)
+		case err := <-watchErr:
+			if err != nil && ctx.Err() == nil {
+				abort()
+				return fmt.Errorf("watch %s: %w", a.opts.Detect.Dir, err)
+			}
+			return a.drain(hard, abort, workerDone)
+		case <-ctx.Done():
+			// The watcher returns on the same cancellation; its result
+			// arrives on watchErr and leads to the drain.
+		}
+	}
+}
+
+// drain lets the worker finish the queue, bounded by DrainTimeout.
+func (a *Agent) drain(hard context.Context, abort context.CancelFunc, workerDone <-chan struct{}) error {
+	a.draining.Store(true)
+	a.notify()
+	pending := a.unfinished()
+	if len(pending) > 0 {
+		a.log.Info("draining: finishing uploads before exit", zap.Int64s("steps", pending), zap.Duration("timeout", a.opts.DrainTimeout))
+	}
+	t := time.NewTimer(a.opts.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-workerDone:
+	case <-t.C:
+		a.log.Warn("drain timeout: stopping uploads; they resume at the next start", zap.Int64s("steps", a.unfinished()))
+		abort()
+		<-workerDone
+	case <-hard.Done():
+		<-workerDone
+	}
+	return nil
+}
+
+// Abort stops uploads at once (a second signal); state stays on disk.
+func (a *Agent) Abort() {
+	a.mu.Lock()
+	abort := a.abort
+	a.mu.Unlock()
+	if abort != nil {
+		abort()
+	}
+}
+
+// loadRemote lists the steps already committed in the bucket.
+func (a *Agent) loadRemote(ctx context.Context) error {
+	steps, err := manifest.Steps(ctx, a.opts.Store, a.opts.Prefix, 0)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.mu.Lock()
+	for _, s := range steps {
+		a.remote[s] = true
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// handle applies one watcher event. It never blocks on uploads.
+func (a *Agent) handle(ev detect.Event) {
+	n := ev.Step.Number
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer a.changedLocked()
+	e := a.steps[n]
+	switch ev.Kind {
+	case detect.Complete:
+		if e != nil && e.status.State == StateUploading {
+			// Re-reported after a change while uploading: the running
+			// upload is cancelled by the Deleted event that preceded this
+			// one; queue the new content behind it.
+			e.deleted = true
+			if e.cancel != nil {
+				e.cancel()
+			}
+		}
+		a.steps[n] = &entry{
+			step:     ev.Step,
+			complete: time.Now(),
+			status: StepStatus{Step: n, State: StatePending, Files: len(ev.Step.Files) + len(ev.Step.Generated),
+				Bytes: ev.Step.TotalBytes(), Detected: time.Now().UTC()},
+		}
+		a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(ev.Step.Files)), zap.Int64("bytes", ev.Step.TotalBytes()))
+	case detect.Deleted:
+		if e == nil || e.status.State == StateCommitted || e.status.State == StateAbandoned {
+			return
+		}
+		reason := "deleted by the trainer"
+		if errors.Is(ev.Err, detect.ErrChanged) {
+			reason = "changed on disk after it looked complete"
+		}
+		a.log.Warn("step not durable yet; abandoning its upload", zap.Int64("step", n), zap.String("reason", reason))
+		e.deleted = true
+		e.status.Error = reason
+		if e.cancel != nil {
+			e.cancel() // the worker abandons the upload when Push returns
+		} else {
+			// An earlier, interrupted attempt may have left uploads
+			// behind: the worker cleans them up.
+			e.status.State = StateAbandoned
+			e.cleanup = true
+		}
+	case detect.Error:
+		msg := fmt.Sprintf("step %d cannot be read: %v", n, ev.Err)
+		a.lastErr = msg
+		a.opts.Metrics.Error("detect")
+		a.log.Error("checkpoint cannot be read", zap.Int64("step", n), zap.Error(ev.Err))
+		if e == nil {
+			e = &entry{step: ev.Step, status: StepStatus{Step: n, Detected: time.Now().UTC()}}
+			a.steps[n] = e
+		}
+		if e.status.State != StateUploading {
+			e.status.State = StateFailed
+			e.status.Error = msg
+			e.nextTry = time.Now().Add(a.opts.RetryMax) // retried when detect reports it Complete
+		}
+	}
+	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) queueDepthLocked() int {
+	d := 0
+	for _, e := range a.steps {
+		if e.status.State == StatePending || e.status.State == StateFailed {
+			d++
+		}
+	}
+	return d
+}
+
+// changedLocked wakes Flush waiters.
+func (a *Agent) changedLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *Agent) notify() {
+	a.mu.Lock()
+	a.changedLocked()
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// unfinished returns the steps seen complete that are neither committed
+// nor abandoned, sorted.
+func (a *Agent) unfinished() []int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int64
+	for n, e := range a.steps {
+		switch e.status.State {
+		case StatePending, StateUploading, StateFailed:
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// lastCommitted returns the highest committed step known locally, or -1.
+func (a *Agent) lastCommitted() int64 {
+	last := int64(-1)
+	for _, e := range a.journal.entries() {
+		last = max(last, e.Step)
+	}
+	a.mu.Lock()
+	for n, e := range a.steps {
+		if e.status.State == StateCommitted {
+			last = max(last, n)
+		}
+	}
+	a.mu.Unlock()
+	return last
+}

@@ -1,0 +1,425 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/internal/trainsim"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/restore"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+func TestMain(m *testing.M) { s3test.Main(m) }
+
+// harness runs an agent in-process against the shared real S3 server.
+type harness struct {
+	t      *testing.T
+	st     store.Store
+	prefix string
+	watch  string
+	state  string
+	agent  *Agent
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startAgent(t *testing.T, mod func(*Options)) *harness {
+	t.Helper()
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	h := &harness{t: t, st: srv.Store(t, bucket), prefix: "run", watch: t.TempDir(), state: t.TempDir()}
+	h.start(mod)
+	return h
+}
+
+func (h *harness) start(mod func(*Options)) {
+	h.t.Helper()
+	opts := Options{
+		Store: h.st, Prefix: h.prefix, URL: "s3://test/" + h.prefix,
+		Detect:   detect.Options{Dir: h.watch, Layout: "composer", Settle: 300 * time.Millisecond, Debounce: 50 * time.Millisecond},
+		Upload:   uploader.Options{PartSize: store.MinPartSize, Concurrency: 4},
+		StateDir: h.state,
+		RetryMin: 100 * time.Millisecond,
+		RetryMax: time.Second,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	a, err := New(opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.agent, h.cancel, h.done = a, cancel, make(chan error, 1)
+	go func() { h.done <- a.Run(ctx) }()
+	h.t.Cleanup(h.stop)
+}
+
+// stop cancels the agent and waits for its drain to end.
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	h.cancel = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("agent Run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		h.t.Error("agent did not stop within 60s")
+	}
+}
+
+func (h *harness) flush(d time.Duration) []int64 {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	left, _ := h.agent.Flush(ctx)
+	return left
+}
+
+func (h *harness) committedSteps() []int64 {
+	h.t.Helper()
+	steps, err := manifest.Steps(context.Background(), h.st, h.prefix, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i] < steps[j] })
+	return steps
+}
+
+// checkManifestsComplete fails if any committed manifest names an object
+// that is missing or of the wrong size.
+func checkManifestsComplete(ctx context.Context, st store.Store, prefix string) error {
+	steps, err := manifest.Steps(ctx, st, prefix, 0)
+	if err != nil {
+		return err
+	}
+	for _, n := range steps {
+		m, err := manifest.Get(ctx, st, prefix, n)
+		if err != nil {
+			return err
+		}
+		for _, f := range m.Files {
+			info, err := st.Head(ctx, f.Key)
+			if err != nil {
+				return fmt.Errorf("step %d: %s: %w", n, f.Path, err)
+			}
+			if info.Size != f.Size {
+				return fmt.Errorf("step %d: %s is %d bytes, manifest says %d", n, f.Path, info.Size, f.Size)
+			}
+		}
+	}
+	return nil
+}
+
+func TestAgentUploadsSlowTrainer(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.Detect.ExpectedRanks = 2 })
+	// A watcher of the bucket: a manifest must never be visible before
+	// every object it names is complete.
+	ctx, stopCheck := context.WithCancel(context.Background())
+	var violation error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if err := checkManifestsComplete(ctx, h.st, h.prefix); err != nil && ctx.Err() == nil && violation == nil {
+				violation = err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	sim := trainsim.Options{Dir: h.watch, Ranks: 2, FileSize: 6<<20 + 123, Chunk: 512 << 10, Pause: 20 * time.Millisecond, Seed: 3}
+	steps := []int64{100, 200, 300}
+	for _, s := range steps {
+		if err := trainsim.WriteStep(context.Background(), sim, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := h.flush(90 * time.Second); len(left) != 0 {
+		t.Fatalf("steps not committed after flush: %v (status %+v)", left, h.agent.Status())
+	}
+	stopCheck()
+	wg.Wait()
+	if violation != nil {
+		t.Fatalf("a manifest was visible before its objects: %v", violation)
+	}
+	if got := h.committedSteps(); fmt.Sprint(got) != fmt.Sprint(steps) {
+		t.Fatalf("committed steps %v, want %v", got, steps)
+	}
+	for _, s := range steps {
+		dst := t.TempDir()
+		res, err := restore.Restore(context.Background(), restore.Options{Store: h.st, Prefix: h.prefix, Dir: dst, Step: s})
+		if err != nil {
+			t.Fatalf("restore step %d: %v", s, err)
+		}
+		if res.Step != s {
+			t.Fatalf("restored step %d, want %d", res.Step, s)
+		}
+		for r := 0; r < 2; r++ {
+			got, err := os.ReadFile(filepath.Join(dst, trainsim.FileName(0, s, r)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, trainsim.Content(3, s, r, sim.FileSize)) {
+				t.Errorf("step %d rank %d: restored bytes differ from what the trainer wrote", s, r)
+			}
+			link, err := os.Readlink(filepath.Join(dst, trainsim.LatestName(r)))
+			if err != nil || link != trainsim.FileName(0, s, r) {
+				t.Errorf("step %d: %s -> %q (%v), want the step's own file", s, trainsim.LatestName(r), link, err)
+			}
+		}
+	}
+	st := h.agent.Status()
+	if st.LastCommitted != 300 || len(st.Steps) != 3 {
+		t.Errorf("status: last committed %d, %d steps", st.LastCommitted, len(st.Steps))
+	}
+	for _, s := range st.Steps {
+		if s.State != StateCommitted || s.Committed.IsZero() {
+			t.Errorf("status of step %d: %+v", s.Step, s)
+		}
+	}
+}
+
+func copyLayout(t *testing.T, name, dst string) {
+	t.Helper()
+	src := filepath.Join("..", "testdata", "layouts", name)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentLayouts(t *testing.T) {
+	cases := []struct {
+		tree, layout, pattern string
+		want                  []int64
+		pointer               string // a generated pointer file the restore must contain
+	}{
+		{tree: "composer", layout: "auto", want: []int64{100, 200}},
+		{tree: "composer-sharded", layout: "composer", want: []int64{300}},
+		{tree: "dcp", layout: "auto", want: []int64{100}},
+		{tree: "deepspeed", layout: "auto", want: []int64{100, 200}, pointer: "latest"},
+		{tree: "megatron", layout: "auto", want: []int64{100}, pointer: "latest_checkpointed_iteration.txt"},
+		{tree: "hf", layout: "auto", want: []int64{500, 1000}},
+		{tree: "flat", layout: "flat", pattern: `^model-(\d+)\.pt$`, want: []int64{100, 200}},
+	}
+	for _, c := range cases {
+		t.Run(c.tree, func(t *testing.T) {
+			watch := t.TempDir()
+			copyLayout(t, c.tree, watch)
+			h := startAgent(t, func(o *Options) {
+				o.Detect.Dir = watch
+				o.Detect.Layout = c.layout
+				o.Detect.StepPattern = c.pattern
+			})
+			if left := h.flush(60 * time.Second); len(left) != 0 {
+				t.Fatalf("not committed: %v", left)
+			}
+			if got := h.committedSteps(); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("committed steps %v, want %v", got, c.want)
+			}
+			if c.pointer != "" {
+				last := c.want[len(c.want)-1]
+				dst := t.TempDir()
+				if _, err := restore.Restore(context.Background(), restore.Options{Store: h.st, Prefix: h.prefix, Dir: dst, Step: c.want[0]}); err != nil {
+					t.Fatal(err)
+				}
+				data, err := os.ReadFile(filepath.Join(dst, c.pointer))
+				if err != nil {
+					t.Fatalf("restored step lacks its pointer file: %v", err)
+				}
+				if bytes.Contains(data, []byte(fmt.Sprint(last))) && last != c.want[0] {
+					t.Errorf("pointer of step %d names the later step: %q", c.want[0], data)
+				}
+			}
+		})
+	}
+}
+
+func TestAgentKeepLocal(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.KeepLocal = 1; o.Detect.ExpectedRanks = 1 })
+	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 1 << 20, Seed: 1}
+	for _, s := range []int64{1, 2, 3} {
+		if err := trainsim.WriteStep(context.Background(), sim, s); err != nil {
+			t.Fatal(err)
+		}
+		if left := h.flush(60 * time.Second); len(left) != 0 {
+			t.Fatalf("not committed: %v", left)
+		}
+	}
+	// An unfinished step on disk (never complete: still being written
+	// when we look) must never be deleted.
+	partial := filepath.Join(h.watch, trainsim.FileName(0, 4, 0))
+	if err := os.WriteFile(partial, []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int64{1, 2} {
+		if _, err := os.Stat(filepath.Join(h.watch, trainsim.FileName(0, s, 0))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("step %d still on disk with --keep-local 1 (stat: %v)", s, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.watch, trainsim.FileName(0, 3, 0))); err != nil {
+		t.Errorf("newest committed step deleted: %v", err)
+	}
+	h.stop()
+	if _, err := os.Stat(partial); err != nil {
+		t.Errorf("an uncommitted file was deleted: %v", err)
+	}
+	// Every committed step is still restorable from the bucket.
+	for _, s := range []int64{1, 2, 3} {
+		if _, err := restore.Restore(context.Background(), restore.Options{Store: h.st, Prefix: h.prefix, Dir: t.TempDir(), Step: s}); err != nil {
+			t.Errorf("restore step %d: %v", s, err)
+		}
+	}
+}
+
+func TestAgentNeverDeletesWithoutKeepLocal(t *testing.T) {
+	h := startAgent(t, nil)
+	sim := trainsim.Options{Dir: h.watch, Ranks: 2, FileSize: 1000, Seed: 1}
+	for _, s := range []int64{1, 2, 3} {
+		if err := trainsim.WriteStep(context.Background(), sim, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := h.flush(60 * time.Second); len(left) != 0 {
+		t.Fatalf("not committed: %v", left)
+	}
+	h.stop()
+	for _, s := range []int64{1, 2, 3} {
+		for r := 0; r < 2; r++ {
+			got, err := os.ReadFile(filepath.Join(h.watch, trainsim.FileName(0, s, r)))
+			if err != nil || !bytes.Equal(got, trainsim.Content(1, s, r, 1000)) {
+				t.Errorf("training file of step %d rank %d changed or missing: %v", s, r, err)
+			}
+		}
+	}
+}
+
+func TestAgentStepDeletedMidUpload(t *testing.T) {
+	h := startAgent(t, func(o *Options) {
+		o.Upload.Limiter = ratelimit.New(4 << 20) // 4 MiB/s: the 24 MiB step takes ~6 s
+		o.Detect.ExpectedRanks = 1
+	})
+	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 24 << 20, Seed: 9}
+	if err := trainsim.WriteStep(context.Background(), sim, 50); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the upload to start", 30*time.Second, func() bool {
+		st := h.agent.Status()
+		return len(st.Steps) == 1 && st.Steps[0].State == StateUploading && st.Steps[0].BytesSent > 0
+	})
+	// The trainer's own retention removes the step before it is durable.
+	if err := os.Remove(filepath.Join(h.watch, trainsim.FileName(0, 50, 0))); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(h.watch, trainsim.LatestName(0)))
+	waitFor(t, "the step to be abandoned", 30*time.Second, func() bool {
+		st := h.agent.Status()
+		return len(st.Steps) == 1 && st.Steps[0].State == StateAbandoned
+	})
+	if left := h.flush(10 * time.Second); len(left) != 0 {
+		t.Errorf("flush waits for an abandoned step: %v", left)
+	}
+	h.stop()
+	if got := h.committedSteps(); len(got) != 0 {
+		t.Fatalf("a deleted step was committed: %v", got)
+	}
+	ups, err := h.st.ListUploads(context.Background(), h.prefix+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 0 {
+		t.Errorf("multipart uploads of the abandoned step were not aborted: %+v", ups)
+	}
+}
+
+func TestAgentFlushTimesOutListingSteps(t *testing.T) {
+	h := startAgent(t, func(o *Options) {
+		o.Upload.Limiter = ratelimit.New(2 << 20)
+		o.Detect.ExpectedRanks = 1
+	})
+	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 40 << 20, Seed: 2}
+	if err := trainsim.WriteStep(context.Background(), sim, 7); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	left, err := h.agent.Flush(ctx)
+	if err == nil || fmt.Sprint(left) != "[7]" {
+		t.Fatalf("flush with a short timeout: left %v, err %v; want [7] and an error", left, err)
+	}
+	h.agent.Abort()
+}
+
+func TestAgentRestartSkipsCommittedSteps(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.Detect.ExpectedRanks = 1 })
+	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 2 << 20, Seed: 4}
+	for _, s := range []int64{10, 20} {
+		if err := trainsim.WriteStep(context.Background(), sim, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := h.flush(60 * time.Second); len(left) != 0 {
+		t.Fatalf("not committed: %v", left)
+	}
+	h.stop()
+	// A second agent over the same state dir: nothing to upload again.
+	h.start(func(o *Options) { o.Detect.ExpectedRanks = 1 })
+	if err := trainsim.WriteStep(context.Background(), sim, 30); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.flush(60 * time.Second); len(left) != 0 {
+		t.Fatalf("not committed: %v", left)
+	}
+	st := h.agent.Status()
+	if len(st.Steps) != 1 || st.Steps[0].Step != 30 {
+		t.Fatalf("restarted agent handled %+v, want only step 30", st.Steps)
+	}
+	if got := h.committedSteps(); fmt.Sprint(got) != "[10 20 30]" {
+		t.Fatalf("committed %v", got)
+	}
+}
+
+// waitFor polls cond every 20ms until it holds or d passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+)
+
+var _ Controller = (*Agent)(nil)
+
+// Status implements Controller.
+func (a *Agent) Status() Status {
+	st := Status{
+		Watch:         a.opts.Detect.Dir,
+		Destination:   a.opts.URL,
+		Layout:        a.watcher.LayoutName(),
+		Started:       a.started.UTC(),
+		Draining:      a.draining.Load(),
+		LastCommitted: a.lastCommitted(),
+		BytesSent:     a.sent.Load(),
+		Rate:          a.rate.perSecond(),
+	}
+	if a.opts.Requests != nil {
+		st.Requests = a.opts.Requests()
+	}
+	a.mu.Lock()
+	st.LastError = a.lastErr
+	for _, e := range a.steps {
+		st.Steps = append(st.Steps, e.status)
+	}
+	a.mu.Unlock()
+	sort.Slice(st.Steps, func(i, j int) bool { return st.Steps[i].Step < st.Steps[j].Step })
+	return st
+}
+
+// Flush implements Controller. It first waits one settle window (plus the
+// debounce), so that a checkpoint finished just before the call is found
+// complete and counted, then until every step seen is committed or
+// abandoned.
+func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
+	grace := a.opts.Detect.Settle
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	grace += time.Second
+	t := time.NewTimer(grace)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return a.unfinished(), ctx.Err()
+	case <-t.C:
+	}
+	for {
+		a.mu.Lock()
+		changed := a.changed
+		a.mu.Unlock()
+		pending := a.unfinished()
+		if len(pending) == 0 {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return a.unfinished(), ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// rateMeter measures bytes per second over the last minute.
+type rateMeter struct {
+	mu      sync.Mutex
+	samples [60]int64 // bytes per second, ring indexed by unix second
+	stamp   [60]int64 // which unix second each slot holds
+}
+
+func (r *rateMeter) add(n int64) {
+	now := time.Now().Unix()
+	r.mu.Lock()
+	i := now % 60
+	if r.stamp[i] != now {
+		r.stamp[i], r.samples[i] = now, 0
+	}
+	r.samples[i] += n
+	r.mu.Unlock()
+}
+
+func (r *rateMeter) perSecond() float64 {
+	now := time.Now().Unix()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var sum int64
+	for i := range r.samples {
+		if now-r.stamp[i] < 60 {
+			sum += r.samples[i]
+		}
+	}
+	return float64(sum) / 60
+}

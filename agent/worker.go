@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+// work uploads queued steps one at a time, oldest first, until ctx ends or,
+// once draining, the queue is empty.
+func (a *Agent) work(ctx context.Context) {
+	for ctx.Err() == nil {
+		a.cleanupAbandoned(ctx)
+		e, wait := a.next()
+		if e != nil {
+			a.upload(ctx, e)
+			continue
+		}
+		if a.draining.Load() && len(a.unfinished()) == 0 {
+			return
+		}
+		if a.draining.Load() && wait < 0 {
+			// Only failed steps remain and none is due: while draining
+			// retry them now rather than sleeping out the backoff.
+			wait = 0
+		}
+		var timer *time.Timer
+		var due <-chan time.Time
+		if wait >= 0 {
+			timer = time.NewTimer(wait)
+			due = timer.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-a.wake:
+		case <-due:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// next returns the oldest step due for upload, or nil and how long until
+// one is due (-1: none is waiting).
+func (a *Agent) next() (*entry, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var best *entry
+	wait := time.Duration(-1)
+	now := time.Now()
+	for _, e := range a.steps {
+		if e.status.State != StatePending && e.status.State != StateFailed {
+			continue
+		}
+		if d := e.nextTry.Sub(now); d > 0 && !a.draining.Load() {
+			if wait < 0 || d < wait {
+				wait = d
+			}
+			continue
+		}
+		if best == nil || e.status.Step < best.status.Step {
+			best = e
+		}
+	}
+	return best, wait
+}
+
+// cleanupAbandoned discards the upload state of abandoned steps.
+func (a *Agent) cleanupAbandoned(ctx context.Context) {
+	a.mu.Lock()
+	var todo []int64
+	for n, e := range a.steps {
+		if e.cleanup {
+			e.cleanup = false
+			todo = append(todo, n)
+		}
+	}
+	a.mu.Unlock()
+	for _, n := range todo {
+		if err := uploader.Abandon(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.log); err != nil {
+			a.log.Warn("could not clean up an abandoned upload; prune removes what is left", zap.Int64("step", n), zap.Error(err))
+		}
+	}
+}
+
+// upload pushes one step and records the outcome.
+func (a *Agent) upload(ctx context.Context, e *entry) {
+	stepCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.mu.Lock()
+	n := e.status.Step
+	e.cancel = cancel
+	e.status.State = StateUploading
+	e.status.Attempts++
+	e.status.Error = ""
+	e.status.BytesSent = 0
+	step := e.step
+	a.changedLocked()
+	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
+	a.mu.Unlock()
+
+	uopts := a.opts.Upload
+	uopts.Store = a.opts.Store
+	uopts.Logger = a.log
+	userSent := uopts.OnSent
+	uopts.OnSent = func(b int64) {
+		a.sent.Add(b)
+		a.rate.add(b)
+		a.opts.Metrics.AddBytes(b)
+		a.mu.Lock()
+		e.status.BytesSent += b
+		a.mu.Unlock()
+		if userSent != nil {
+			userSent(b)
+		}
+	}
+	ranks := map[string]*int{}
+	tree := uploader.Tree{}
+	for _, f := range step.Files {
+		tree.Files = append(tree.Files, uploader.LocalFile{
+			LocalPath: filepath.Join(a.opts.Detect.Dir, filepath.FromSlash(f.RelPath)), RelPath: f.RelPath, Size: f.Size})
+		ranks[f.RelPath] = f.Rank
+	}
+	for _, l := range step.Symlinks {
+		tree.Symlinks = append(tree.Symlinks, manifest.Symlink{Path: l.RelPath, Target: l.Target})
+	}
+	var blobs []uploader.Blob
+	for _, g := range step.Generated {
+		blobs = append(blobs, uploader.Blob{RelPath: g.RelPath, Data: g.Data})
+	}
+	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(tree.Files)), zap.Int("attempt", e.status.Attempts))
+	res, err := uploader.Push(stepCtx, uploader.PushOptions{
+		Upload:   uopts,
+		Location: a.opts.URL,
+		Prefix:   a.opts.Prefix,
+		Step:     n,
+		Tree:     tree,
+		StateDir: a.uploadStateDir(),
+		Rank:     func(p string) *int { return ranks[p] },
+		Blobs:    blobs,
+	})
+	a.opts.Metrics.AddParts(res.Stats.PartsSent)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer a.changedLocked()
+	e.cancel = nil
+	switch {
+	case e.deleted && err != nil:
+		// The trainer removed or rewrote the step mid-upload. Discard what
+		// this attempt uploaded now, before a newer report of the same
+		// step (rewritten content, which replaced e in the map) starts
+		// from scratch.
+		if a.steps[n] == e {
+			e.status.State = StateAbandoned
+		}
+		a.mu.Unlock()
+		a.discard(ctx, n)
+		a.mu.Lock()
+	case err != nil && ctx.Err() != nil:
+		// Aborted (drain timeout or second signal): state stays on disk.
+		e.status.State = StatePending
+		e.status.Error = "interrupted; resumes at the next start"
+	case errors.Is(err, manifest.ErrConflict):
+		e.status.State = StateFailed
+		e.status.Error = err.Error()
+		e.nextTry = time.Now().Add(100 * 365 * 24 * time.Hour) // never: a human must look
+		a.lastErr = err.Error()
+		a.opts.Metrics.Error("commit")
+		a.log.Error("step is committed in the bucket with different content; not overwriting it", zap.Int64("step", n), zap.Error(err))
+	case err != nil:
+		backoff := a.backoff(e.status.Attempts)
+		e.status.State = StateFailed
+		e.status.Error = err.Error()
+		e.nextTry = time.Now().Add(backoff)
+		a.lastErr = err.Error()
+		a.opts.Metrics.Error("upload")
+		a.log.Warn("upload failed; will retry", zap.Int64("step", n), zap.Duration("in", backoff), zap.Error(err))
+	default:
+		a.committedLocked(e, res)
+	}
+}
+
+// discard abandons an upload attempt whose step is being uploaded again
+// from scratch: the new attempt must not reuse its parts.
+func (a *Agent) discard(ctx context.Context, n int64) {
+	if err := uploader.Abandon(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.log); err != nil {
+		a.log.Warn("could not clean up a superseded upload", zap.Int64("step", n), zap.Error(err))
+	}
+}
+
+func (a *Agent) backoff(attempt int) time.Duration {
+	d := a.opts.RetryMin
+	for i := 1; i < attempt && d < a.opts.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, a.opts.RetryMax)
+}
+
+// committedLocked records a committed step: journal, metrics, status, and
+// local retention.
+func (a *Agent) committedLocked(e *entry, res uploader.PushResult) {
+	n := e.status.Step
+	now := time.Now()
+	e.status.State = StateCommitted
+	e.status.Committed = now.UTC()
+	e.status.Error = ""
+	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC()}
+	for _, f := range e.step.Files {
+		ce.Files = append(ce.Files, localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()})
+	}
+	if err := a.journal.add(ce); err != nil {
+		// The step is durable; only the local record failed. After a
+		// restart the bucket listing still marks it done.
+		a.log.Error("could not record the committed step in the journal", zap.Int64("step", n), zap.Error(err))
+	}
+	a.opts.Metrics.Committed(n, now.Sub(e.complete))
+	verb := "committed step"
+	if !res.Committed {
+		verb = "step was already committed with identical content"
+	}
+	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", e.status.Files), zap.Int64("bytes", e.status.Bytes),
+		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", now.Sub(e.complete).Round(time.Millisecond)))
+	if a.opts.KeepLocal > 0 {
+		a.keepLocal()
+	}
+}
+
+// keepLocal deletes the local files of committed steps beyond the KeepLocal
+// newest committed ones. It deletes only files the journal says were made
+// durable and that are still exactly as uploaded (same size and mtime), and
+// then the step's emptied folders. Nothing uncommitted is ever touched.
+func (a *Agent) keepLocal() {
+	entries := a.journal.entries()
+	var live []committedEntry
+	for _, e := range entries {
+		if !e.Removed {
+			live = append(live, e)
+		}
+	}
+	if len(live) <= a.opts.KeepLocal {
+		return
+	}
+	for _, e := range live[:len(live)-a.opts.KeepLocal] {
+		removed := 0
+		for _, f := range e.Files {
+			p := filepath.Join(a.opts.Detect.Dir, filepath.FromSlash(f.Path))
+			fi, err := os.Lstat(p)
+			if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size || fi.ModTime().UnixNano() != f.ModTime {
+				continue
+			}
+			if err := os.Remove(p); err != nil {
+				a.log.Warn("keep-local: could not delete", zap.String("file", f.Path), zap.Error(err))
+				continue
+			}
+			removed++
+		}
+		if e.Root != "" {
+			removeEmptyDirs(a.opts.Detect.Dir, e.Root)
+		}
+		if err := a.journal.markRemoved(e.Step); err != nil {
+			a.log.Warn("keep-local: could not update the journal", zap.Error(err))
+		}
+		a.log.Info("keep-local: deleted local files of a committed step", zap.Int64("step", e.Step), zap.Int("files", removed))
+	}
+}
+
+// removeEmptyDirs removes root/rel and its sub-folders if they are empty,
+// deepest first, never going above rel.
+func removeEmptyDirs(root, rel string) {
+	dir := filepath.Join(root, filepath.FromSlash(path.Clean(rel)))
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = os.Remove(dirs[i]) // fails, harmlessly, on a non-empty folder
+	}
+}
