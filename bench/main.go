@@ -1,0 +1,144 @@
+// Command ferry-bench measures ferry against its peers (aws-cli and s5cmd)
+// on one machine: a local versitygw on loopback, a generated checkpoint set,
+// and each tool run as a child process in alternation, with wall time,
+// client CPU and peak RSS taken from the child's rusage and the server's CPU
+// from /proc. It also checks that ferry push's peak RSS does not grow with
+// file size, compares ferry's BLAKE3 with b3sum, and measures the agent when
+// the ferry binary has one.
+//
+// Run it through `make bench` (or `make bench BENCH_QUICK=1`), which builds
+// every tool first; see bench/README.md for what is measured and how.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/units"
+)
+
+// config is every flag, converted once.
+type config struct {
+	files       int
+	size        int64
+	rounds      int
+	warmup      int
+	tools       []string
+	phases      []string
+	outDir      string
+	workDir     string
+	keepWork    bool
+	rssSizes    []int64
+	idle        time.Duration
+	skipB3      bool
+	perfProfile bool
+
+	ferry, versitygw, s5cmd, aws, b3sum string
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("ferry-bench", flag.ContinueOnError)
+	var c config
+	var size, tools, phases, rss string
+	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "smoke test: 4 x 64MiB, 1 round, no 16 GiB file, 10 s idle (env BENCH_QUICK=1)")
+	fs.IntVar(&c.files, "files", 8, "files in the checkpoint set")
+	fs.StringVar(&size, "size", "256MiB", "size of each file")
+	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per tool and phase")
+	fs.IntVar(&c.warmup, "warmup", 1, "warm-up rounds per tool and phase (not counted)")
+	fs.StringVar(&tools, "tools", "ferry,aws,s5cmd", "tools to compare")
+	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent", "what to measure")
+	fs.StringVar(&rss, "rss-sizes", "1GiB,16GiB", "single-file sizes for the push peak-RSS check")
+	fs.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle agent")
+	fs.BoolVar(&c.perfProfile, "perf", false, "also record one profiled ferry push and restore with perf (client and server)")
+	fs.StringVar(&c.outDir, "out", "bench-results", "directory for bench.md, bench.json and profiles")
+	fs.StringVar(&c.workDir, "work", "", "scratch directory for data, server and restores (default: a new temp dir)")
+	fs.BoolVar(&c.keepWork, "keep", false, "keep the scratch directory")
+	fs.StringVar(&c.ferry, "ferry", "bin/ferry", "ferry binary")
+	fs.StringVar(&c.versitygw, "versitygw", "tools/bin/versitygw", "versitygw binary")
+	fs.StringVar(&c.s5cmd, "s5cmd", "tools/bin/s5cmd", "s5cmd binary")
+	fs.StringVar(&c.aws, "aws", "/usr/bin/aws", "aws-cli (Debian's awscli package)")
+	fs.StringVar(&c.b3sum, "b3sum", "/usr/bin/b3sum", "b3sum binary")
+	fs.BoolVar(&c.skipB3, "no-b3sum", false, "skip the b3sum comparison")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if *quick {
+		c.files, size, c.rounds, c.idle = 4, "64MiB", 1, 10*time.Second
+		if !flagSet(fs, "rss-sizes") {
+			rss = "256MiB,1GiB"
+		}
+	}
+	var err error
+	if c.size, err = units.ParseBytes(size); err != nil || c.size <= 0 {
+		return c, fmt.Errorf("-size %q: %v", size, err)
+	}
+	for _, s := range splitList(rss) {
+		n, err := units.ParseBytes(s)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("-rss-sizes %q: %v", s, err)
+		}
+		c.rssSizes = append(c.rssSizes, n)
+	}
+	c.tools, c.phases = splitList(tools), splitList(phases)
+	if c.files < 1 || c.rounds < 1 || c.warmup < 0 {
+		return c, fmt.Errorf("-files and -rounds must be at least 1, -warmup at least 0")
+	}
+	for _, t := range c.tools {
+		if t != "ferry" && t != "aws" && t != "s5cmd" {
+			return c, fmt.Errorf("-tools: unknown tool %q (ferry, aws, s5cmd)", t)
+		}
+	}
+	for _, p := range []*string{&c.ferry, &c.versitygw, &c.s5cmd, &c.aws, &c.b3sum} {
+		if abs, err := filepath.Abs(*p); err == nil && strings.Contains(*p, "/") {
+			*p = abs
+		}
+	}
+	return c, nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (c config) has(phase string) bool {
+	for _, p := range c.phases {
+		if p == phase {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ferry-bench:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "ferry-bench:", err)
+		cancel()
+		os.Exit(1)
+	}
+}

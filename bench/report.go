@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is everything a run found; it is written as bench.json and
+// rendered as bench.md.
+type report struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Host     hostInfo  `json:"host"`
+	Command  string    `json:"command"`
+	Files    int       `json:"files"`
+	FileSize int64     `json:"file_size_bytes"`
+	Rounds   int       `json:"rounds"`
+	Warmup   int       `json:"warmup"`
+
+	Tools        []toolInfo           `json:"tools"`
+	Samples      []sample             `json:"samples"`
+	Summary      map[string][]summary `json:"summary"`
+	RSS          []rssResult          `json:"rss,omitempty"`
+	BLAKE3       []hashResult         `json:"blake3,omitempty"`
+	B3sumVersion string               `json:"b3sum_version,omitempty"`
+	Agent        string               `json:"agent,omitempty"`
+	Targets      []target             `json:"targets"`
+	Profiles     map[string]string    `json:"profiles,omitempty"`
+	Notes        []string             `json:"notes,omitempty"`
+	phases       []string
+}
+
+type hostInfo struct {
+	CPU    string  `json:"cpu"`
+	Cores  int     `json:"cores"`
+	MemGiB float64 `json:"mem_gib"`
+	Kernel string  `json:"kernel"`
+	Go     string  `json:"go"`
+	// Load averages (1, 5, 15 min) when the run started and ended: the
+	// machine is shared, and a busy one slows every tool.
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
+}
+
+type toolInfo struct {
+	Name     string `json:"name"`
+	Version  string `json:"version"`
+	Settings string `json:"settings"`
+	Verifies bool   `json:"verifies_content_hash"`
+}
+
+// summary is one tool in one phase over the measured rounds: medians of
+// wall time, CPU per GiB and server CPU, and the largest peak RSS.
+type summary struct {
+	Tool       string  `json:"tool"`
+	Runs       int     `json:"runs"`
+	WallS      float64 `json:"median_wall_s"`
+	MiBps      float64 `json:"mib_per_s"`
+	CPUPerGiB  float64 `json:"median_cpu_s_per_gib"`
+	MaxRSSMiB  float64 `json:"peak_rss_mib"`
+	ServerCPUS float64 `json:"median_server_cpu_s"`
+	// Ratios to the best peer of this run (lowest wall time, lowest CPU);
+	// NaN (null in JSON) when no peer ran.
+	WallVsBestPeer *float64 `json:"wall_vs_best_peer,omitempty"`
+	CPUVsBestPeer  *float64 `json:"cpu_vs_best_peer,omitempty"`
+	Verifies       bool     `json:"verifies_content_hash"`
+}
+
+// target is one goal of the issue, checked against this run.
+type target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Unit  string  `json:"unit"`
+	Pass  bool    `json:"pass"`
+}
+
+func newReport(cfg config) *report {
+	return &report{
+		Started: time.Now().UTC(), Host: readHost(), Command: strings.Join(os.Args, " "),
+		Files: cfg.files, FileSize: cfg.size, Rounds: cfg.rounds, Warmup: cfg.warmup,
+		Summary: map[string][]summary{}, phases: []string{"upload", "restore"},
+		Profiles: map[string]string{},
+	}
+}
+
+func (r *report) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+func (r *report) describeTools(ts *toolset, names []string) {
+	for _, n := range names {
+		t := ts.get(n)
+		r.Tools = append(r.Tools, toolInfo{Name: t.name, Version: t.version, Settings: t.settings, Verifies: t.verifies})
+	}
+}
+
+func (r *report) verifies(tool string) bool {
+	for _, t := range r.Tools {
+		if t.Name == tool {
+			return t.Verifies
+		}
+	}
+	return false
+}
+
+// finish computes the summaries and checks the targets.
+func (r *report) finish() {
+	r.Finished = time.Now().UTC()
+	r.Host.LoadEnd = loadavg()
+	for _, phase := range r.phases {
+		var rows []summary
+		for _, t := range r.Tools {
+			var walls, cpus, srv []float64
+			var rss float64
+			for _, s := range r.Samples {
+				if s.Phase != phase || s.Tool != t.Name || s.Warmup {
+					continue
+				}
+				walls, cpus, srv = append(walls, s.WallS), append(cpus, s.cpuPerGiB()), append(srv, s.ServerCPUS)
+				rss = math.Max(rss, s.MaxRSSMiB)
+			}
+			if len(walls) == 0 {
+				continue
+			}
+			w := median(walls)
+			rows = append(rows, summary{Tool: t.Name, Runs: len(walls), WallS: w,
+				MiBps: mibps(int64(r.Files)*r.FileSize, w), CPUPerGiB: median(cpus),
+				MaxRSSMiB: rss, ServerCPUS: median(srv), Verifies: t.Verifies})
+		}
+		bestWall, bestCPU := math.Inf(1), math.Inf(1)
+		for _, s := range rows {
+			if s.Tool != "ferry" {
+				bestWall, bestCPU = math.Min(bestWall, s.WallS), math.Min(bestCPU, s.CPUPerGiB)
+			}
+		}
+		for i := range rows {
+			if !math.IsInf(bestWall, 1) {
+				w, c := rows[i].WallS/bestWall, rows[i].CPUPerGiB/bestCPU
+				rows[i].WallVsBestPeer, rows[i].CPUVsBestPeer = &w, &c
+			}
+		}
+		if len(rows) > 0 {
+			r.Summary[phase] = rows
+		}
+	}
+	r.checkTargets()
+}
+
+func (r *report) checkTargets() {
+	add := func(name string, v, limit float64, unit string) {
+		r.Targets = append(r.Targets, target{Name: name, Value: v, Limit: limit, Unit: unit, Pass: v <= limit})
+	}
+	for _, c := range []struct {
+		phase     string
+		wallLimit float64
+	}{{"upload", 0.67}, {"restore", 0.77}} {
+		for _, s := range r.Summary[c.phase] {
+			if s.Tool != "ferry" {
+				continue
+			}
+			if s.WallVsBestPeer != nil {
+				add(c.phase+": wall time vs fastest peer", *s.WallVsBestPeer, c.wallLimit, "x")
+				add(c.phase+": client CPU per GiB vs leanest peer", *s.CPUVsBestPeer, 0.5, "x")
+			}
+			add(c.phase+": peak RSS at defaults", s.MaxRSSMiB, 256, "MiB")
+		}
+	}
+	if len(r.RSS) >= 2 {
+		first, last := r.RSS[0], r.RSS[len(r.RSS)-1]
+		add(fmt.Sprintf("push peak RSS growth %s -> %s file", fmtSize(first.SizeBytes), fmtSize(last.SizeBytes)),
+			last.MaxRSSMiB-first.MaxRSSMiB, 32, "MiB")
+	}
+	for _, x := range r.RSS {
+		add(fmt.Sprintf("push peak RSS, one %s file", fmtSize(x.SizeBytes)), x.MaxRSSMiB, 256, "MiB")
+	}
+}
+
+func (r *report) write(dir string) error {
+	j, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.json"), append(j, '\n'), 0o644); err != nil {
+		return err
+	}
+	md := r.markdown()
+	if err := os.WriteFile(filepath.Join(dir, "bench.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Print("\n" + md)
+	return nil
+}
+
+func readHost() hostInfo {
+	h := hostInfo{Cores: runtime.NumCPU(), Go: runtime.Version(), LoadStart: loadavg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %f kB", &kb); err == nil {
+			h.MemGiB = math.Round(kb/(1<<20)*10) / 10
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	return h
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Credentials of the benchmark server; it listens on loopback only.
+const (
+	accessKey = "ferrybench"
+	secretKey = "ferrybenchsecret0123456789"
+	region    = "us-east-1"
+	bucket    = "bench"
+)
+
+// server is a versitygw over a directory of the scratch area, on the same
+// disk as the data set, so that its writes cost what they would anywhere.
+type server struct {
+	endpoint string
+	dir      string // holds the buckets, one directory each
+	cmd      *exec.Cmd
+	out      bytes.Buffer
+	done     chan struct{}
+}
+
+func startServer(bin, dir string) (*server, error) {
+	s := &server{dir: dir, done: make(chan struct{})}
+	if err := os.MkdirAll(filepath.Join(dir, bucket), 0o755); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s.endpoint = "http://" + addr
+	s.cmd = exec.Command(bin, "--access", accessKey, "--secret", secretKey, "--region", region,
+		"--port", addr, "--quiet", "--keep-alive", "posix", dir)
+	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start versitygw: %w", err)
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(15 * time.Second)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("versitygw exited: %s", s.out.String())
+		default:
+		}
+		if resp, err := client.Get(s.endpoint + "/"); err == nil {
+			resp.Body.Close()
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("versitygw did not answer on %s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// cpu returns the server's user+system CPU seconds so far, all threads.
+func (s *server) cpu() float64 { return procCPU(s.pid()) }
+
+// removePrefix deletes everything stored under prefix, straight from the
+// server's directory: no request, so no CPU of any tool is spent on it.
+func (s *server) removePrefix(prefix string) error {
+	return os.RemoveAll(filepath.Join(s.dir, bucket, prefix))
+}
+
+// objectSizes lists what the server holds under prefix, key -> size.
+func (s *server) objectSizes(prefix string) (map[string]int64, error) {
+	root := filepath.Join(s.dir, bucket, prefix)
+	out := map[string]int64{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			rel, _ := filepath.Rel(root, p)
+			out[filepath.ToSlash(rel)] = fi.Size()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// clockTicks is USER_HZ, 100 on every Linux platform Go supports.
+const clockTicks = 100
+
+// procCPU reads utime+stime of a running process from /proc/PID/stat, in
+// seconds; 0 when the process is gone.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces; fields are counted after its ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clockTicks
+}
