@@ -54,3 +54,46 @@ fmt:
 
 clean:
 	rm -rf $(BIN)
+
+## bench: ferry vs aws-cli and s5cmd on a local versitygw, about 15 min
+## (bench/README.md); BENCH_QUICK=1 for a 4 x 64 MiB smoke run, BENCH_FLAGS
+## for more (e.g. BENCH_FLAGS="-perf -rounds 5"). Results in bench-results/.
+S5CMD         := $(TOOLS)/s5cmd
+S5CMD_VERSION := v2.3.0
+BENCH_DEBS    := awscli b3sum time
+BENCH_FLAGS   ?=
+
+.PHONY: bench bench-go bench-deps
+bench: tools $(S5CMD) bench-deps
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
+	$(GO) build -o $(BIN)/ferry-bench ./bench
+	$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -versitygw $(VERSITYGW) -s5cmd $(S5CMD) $(if $(BENCH_QUICK),-quick) $(BENCH_FLAGS)
+
+# s5cmd refuses `go install` of its module, so build it in the module cache
+# (-mod=mod: module zips leave out its vendor directory).
+$(S5CMD):
+	@mkdir -p $(TOOLS)
+	dir=$$(cd / && $(GO) mod download -json github.com/peak/s5cmd/v2@$(S5CMD_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	cd "$$dir" && $(GO) build -mod=mod -o $(S5CMD) \
+		-ldflags "-X github.com/peak/s5cmd/v2/version.Version=$(S5CMD_VERSION) -X github.com/peak/s5cmd/v2/version.GitCommit=module" .
+
+# Debian's awscli, b3sum and time (GNU time measures peak RSS): installed
+# when run as root with apt-get, else the command to run is printed.
+bench-deps:
+	@missing=""; for p in $(BENCH_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+		else echo "make bench needs Debian packages:$$missing; run: sudo apt-get install -y$$missing"; exit 1; fi; \
+	fi
+
+## bench-go: Go benchmarks of the hot paths with CPU profiles in bench-results/
+bench-go: tools
+	@mkdir -p bench-results
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'HashPass|BLAKE3Block' -benchtime 5x ./uploader
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Push$$' -benchtime 5x -cpuprofile bench-results/push.cpu.prof -o bench-results/uploader.test ./uploader
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Restore$$' -benchtime 5x -cpuprofile bench-results/restore.cpu.prof -o bench-results/restore.test ./restore
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'UploadPart|GetRange' -benchtime 5x ./internal/s3store
+	$(GO) tool pprof -top -nodecount 30 bench-results/push.cpu.prof > bench-results/push.cpu.txt
+	$(GO) tool pprof -top -nodecount 30 bench-results/restore.cpu.prof > bench-results/restore.cpu.txt
+	@echo "profiles: bench-results/{push,restore}.cpu.{prof,txt}"

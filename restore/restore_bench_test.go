@@ -1,0 +1,70 @@
+package restore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/restore"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+// Restore benchmark data set, as pushed by uploader.Push at defaults.
+const (
+	benchFiles = 4
+	benchSize  = 64 << 20
+)
+
+// BenchmarkRestore is `ferry restore` of a small checkpoint at default
+// settings (16 ranged GETs of 64 MiB in flight) from a real versitygw on
+// loopback into an empty directory: download, BLAKE3 of every byte read
+// back behind the download, fsync and rename. Run it with -cpuprofile to
+// see where a restore's client CPU goes (`make bench-go`).
+func BenchmarkRestore(b *testing.B) {
+	srv := s3test.Shared(b)
+	st := srv.Store(b, srv.NewBucket(b))
+	src := b.TempDir()
+	for i := range benchFiles {
+		var key [32]byte
+		binary.LittleEndian.PutUint64(key[:], uint64(i))
+		data := make([]byte, benchSize)
+		_, _ = rand.NewChaCha8(key).Read(data)
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("rank-%d.pt", i)), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tree, err := uploader.Scan([]string{src}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := uploader.Push(ctx, uploader.PushOptions{
+		Upload: uploader.Options{Store: st}, Location: "s3://bench/restore", Prefix: "restore", Step: 1, Tree: tree,
+	}); err != nil {
+		b.Fatal(err)
+	}
+	parent := b.TempDir()
+	b.SetBytes(benchFiles * benchSize)
+	i := 0
+	for b.Loop() {
+		i++
+		dir := filepath.Join(parent, fmt.Sprint(i))
+		res, err := restore.Restore(ctx, restore.Options{Store: st, Prefix: "restore", Dir: dir, Step: restore.LatestStep})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Downloaded != benchFiles {
+			b.Fatalf("downloaded %d files, want %d", res.Downloaded, benchFiles)
+		}
+		b.StopTimer()
+		if err := os.RemoveAll(dir); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
