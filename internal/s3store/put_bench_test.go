@@ -111,4 +111,3 @@ func BenchmarkGetRange(b *testing.B) {
 type onlyReader struct{ r io.Reader }
 
 func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
-
