@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ferrylabs/ferry/internal/s3proxy"
 )
 
 // The shared server lives as long as the test binary; it is the one piece
@@ -15,8 +17,11 @@ import (
 var shared struct {
 	once sync.Once
 	srv  *Server
-	dir  string
-	err  error
+	// view is what Shared returns: srv, or srv behind proxy (EnvR2Rules).
+	view  *Server
+	proxy *s3proxy.Proxy
+	dir   string
+	err   error
 }
 
 const sharedDirPrefix = "ferry-s3test-"
@@ -47,17 +52,18 @@ func Shared(t testing.TB) *Server {
 		}
 		s.shared = true
 		shared.srv = s
+		shared.view, shared.proxy, shared.err = frontShared(s)
 	})
 	if shared.err != nil {
 		t.Fatalf("s3test: shared server: %v", shared.err)
 	}
-	return shared.srv
+	return shared.view
 }
 
 // Main runs the tests, then stops the shared server and removes its
 // directory. Call it from TestMain: func TestMain(m *testing.M) { s3test.Main(m) }.
 func Main(m *testing.M) {
-	code := m.Run()
+	code := closeSharedProxy(shared.proxy, m.Run())
 	if s := shared.srv; s != nil {
 		s.stop(false)
 	}
