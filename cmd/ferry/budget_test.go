@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/ferrylabs/ferry/internal/s3proxy"
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// restoreChunk is the ranged GET size of `ferry restore` (restore's default).
+const restoreChunk = 64 * mib
+
+// TestCLIRequestBudget counts the requests the server receives for a push
+// and a restore of one step (issue "Count what a checkpoint costs"): R2
+// bills every request, writes and lists most.
+//
+// Push of F files, P parts: one PUT per file up to the part size, and
+// create + its parts + complete per larger file, plus at most 5 other
+// requests (manifest read and write, listing, commit check). Restore of the
+// latest step: one listing, one GET of the manifest, ranged GETs for the
+// data, and nothing else (no HEAD per file). Retries are not counted.
+func TestCLIRequestBudget(t *testing.T) {
+	srv := s3test.Shared(t)
+	view, px := srv.WithProxy(t, s3proxy.Config{})
+	bucket := view.NewBucket(t)
+	const prefix, step, partSize = "run", 100, 5 * mib
+	url := "s3://" + bucket + "/" + prefix
+	src := t.TempDir()
+	sizes := map[string]int{
+		"config.json": 1000, "empty.bin": 0, "exact.bin": partSize, "model.pt": 12*mib + 7,
+		"rank0/optim.pt": 10 * mib, "rank1/optim.pt": partSize + 1,
+	}
+	var singles, multis, parts, gets int
+	for name, n := range sizes {
+		writeFile(t, filepath.Join(src, name), randomBytes(n, byte(len(name))))
+		if n <= partSize {
+			singles++
+		} else {
+			multis++
+			parts += (n + partSize - 1) / partSize
+		}
+		gets += (n + restoreChunk - 1) / restoreChunk
+	}
+
+	px.Reset()
+	ferry(t, view, "push", "--to", url, "--step", fmt.Sprint(step), "--part-size", "5MiB", "--state-dir", t.TempDir(), src).must(t, 0)
+	push := tally(t, px.Requests(), manifest.DataPrefix(prefix))
+	t.Logf("push of %d files (%d single, %d multipart with %d parts): %v", len(sizes), singles, multis, parts, push)
+	within(t, "push: data PutObject", push.data[s3proxy.OpPutObject], singles)
+	within(t, "push: CreateMultipartUpload", push.data[s3proxy.OpCreateMultipartUpload], multis)
+	within(t, "push: UploadPart", push.data[s3proxy.OpUploadPart], parts)
+	within(t, "push: CompleteMultipartUpload", push.data[s3proxy.OpCompleteMultipartUpload], multis)
+	within(t, "push: other data requests", push.dataOther(), 0)
+	within(t, "push: requests besides data uploads", push.otherTotal(), 5)
+
+	px.Reset()
+	dst := filepath.Join(t.TempDir(), "out")
+	ferry(t, view, "restore", "--from", url, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
+	rest := tally(t, px.Requests(), manifest.DataPrefix(prefix))
+	t.Logf("restore of %d files: %v", len(sizes), rest)
+	within(t, "restore: ListObjectsV2", rest.other[s3proxy.OpListObjectsV2], 1)
+	within(t, "restore: manifest GET", rest.other[s3proxy.OpGetObject], 1)
+	within(t, "restore: other requests besides data", rest.otherTotal()-rest.other[s3proxy.OpListObjectsV2]-rest.other[s3proxy.OpGetObject], 0)
+	within(t, "restore: ranged data GETs", rest.data[s3proxy.OpGetObject], gets)
+	within(t, "restore: other data requests (HEAD...)", rest.dataOther(), 0)
+}
+
+// budget is a tally of requests by operation, split between data objects
+// and the rest (manifests, listings), retries left out.
+type budget struct {
+	data, other map[string]int
+	retries     []string
+}
+
+func (b budget) dataOther() int {
+	n := 0
+	for op, c := range b.data {
+		switch op {
+		case s3proxy.OpPutObject, s3proxy.OpCreateMultipartUpload, s3proxy.OpUploadPart,
+			s3proxy.OpCompleteMultipartUpload, s3proxy.OpGetObject:
+		default:
+			n += c
+		}
+	}
+	return n
+}
+
+func (b budget) otherTotal() int {
+	n := 0
+	for _, c := range b.other {
+		n += c
+	}
+	return n
+}
+
+func (b budget) String() string {
+	show := func(m map[string]int) string {
+		var s []string
+		for op, n := range m {
+			s = append(s, fmt.Sprintf("%s=%d", op, n))
+		}
+		sort.Strings(s)
+		return strings.Join(s, " ")
+	}
+	s := fmt.Sprintf("data: %s; other: %s", show(b.data), show(b.other))
+	if len(b.retries) > 0 {
+		s += fmt.Sprintf("; %d retries not counted", len(b.retries))
+	}
+	return s
+}
+
+// tally counts requests. A request repeating one that failed (same
+// operation, key and query after a 5xx, a 429 or no answer) is a retry and
+// is left out.
+func tally(t *testing.T, rs []s3proxy.Request, dataPrefix string) budget {
+	t.Helper()
+	b := budget{data: map[string]int{}, other: map[string]int{}}
+	failed := map[string]bool{}
+	for _, r := range rs {
+		id := r.Op + " " + r.Key + "?" + r.RawQuery
+		retry := failed[id]
+		failed[id] = r.Status == 0 || r.Status >= 500 || r.Status == 429
+		if retry {
+			b.retries = append(b.retries, r.String())
+			continue
+		}
+		if strings.HasPrefix(r.Key, dataPrefix) {
+			b.data[r.Op]++
+		} else {
+			b.other[r.Op]++
+		}
+	}
+	for _, r := range b.retries {
+		t.Logf("retry: %s", r)
+	}
+	return b
+}
+
+// within fails t when got exceeds the budget.
+func within(t *testing.T, what string, got, budget int) {
+	t.Helper()
+	if got > budget {
+		t.Errorf("%s: %d requests, budget %d", what, got, budget)
+	}
+}
