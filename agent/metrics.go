@@ -1,0 +1,261 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// DefaultMetricsAddr is loopback only: metrics are not reachable from other
+// hosts unless --metrics-addr says so.
+const DefaultMetricsAddr = "127.0.0.1:9464"
+
+// timeToDurableBuckets span a small checkpoint on a fast link (seconds) to
+// a multi-terabyte one on a slow or throttled link (hours).
+var timeToDurableBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800}
+
+// Metrics are the agent's Prometheus collectors. Every method is safe on a
+// nil *Metrics and does nothing, so tests and callers without metrics pass
+// nil instead of a fake.
+type Metrics struct {
+	uploadBytes    prometheus.Counter
+	uploadParts    prometheus.Counter
+	requests       *prometheus.CounterVec
+	retries        prometheus.Counter
+	errors         *prometheus.CounterVec
+	queueDepth     prometheus.Gauge
+	stepsCommitted prometheus.Counter
+	lastCommitted  prometheus.Gauge
+	timeToDurable  prometheus.Histogram
+	dedupBytes     prometheus.Counter
+
+	mu       sync.Mutex
+	last     int64            // highest committed step, -1 if none
+	requestN map[string]int64 // requests by operation, for Status
+}
+
+// NewMetrics creates the collectors and registers them with reg (none if
+// reg is nil). It panics if reg already holds them, as registering twice is
+// a programming error.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		uploadBytes: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_upload_bytes_total",
+			Help: "Bytes of checkpoint data uploaded (parts and single-request objects).",
+		}),
+		uploadParts: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_upload_parts_total",
+			Help: "Multipart upload parts sent.",
+		}),
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_requests_total",
+			Help: "S3 requests by operation, retries included.",
+		}, []string{"op"}),
+		retries: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_request_retries_total",
+			Help: "S3 requests that were retries of a failed attempt.",
+		}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_errors_total",
+			Help: "Failures by pipeline stage (detect, upload, commit, ...).",
+		}, []string{"stage"}),
+		queueDepth: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_queue_depth",
+			Help: "Steps complete on disk and waiting to be uploaded.",
+		}),
+		stepsCommitted: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_steps_committed_total",
+			Help: "Steps whose manifest was committed by this agent.",
+		}),
+		lastCommitted: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_last_committed_step",
+			Help: "Highest step committed by this agent, -1 before the first.",
+		}),
+		timeToDurable: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_time_to_durable_seconds",
+			Help:    "Time from a step's completion on disk to its manifest commit.",
+			Buckets: timeToDurableBuckets,
+		}),
+		dedupBytes: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_dedup_bytes_total",
+			Help: "Bytes not uploaded because they were unchanged since an earlier step.",
+		}),
+		last:     -1,
+		requestN: map[string]int64{},
+	}
+	m.lastCommitted.Set(-1)
+	return m
+}
+
+// AddBytes counts n uploaded bytes.
+func (m *Metrics) AddBytes(n int64) {
+	if m == nil {
+		return
+	}
+	m.uploadBytes.Add(float64(n))
+}
+
+// AddPart counts one uploaded part.
+func (m *Metrics) AddPart() { m.AddParts(1) }
+
+// AddParts counts n uploaded parts, for callers that learn them in bulk.
+func (m *Metrics) AddParts(n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.uploadParts.Add(float64(n))
+}
+
+// Request counts one S3 request attempt of operation op (e.g. "UploadPart").
+// Call it for every attempt, retries included; op values must come from a
+// small fixed set, as each one is a time series.
+func (m *Metrics) Request(op string) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(op).Inc()
+	m.mu.Lock()
+	m.requestN[op]++
+	m.mu.Unlock()
+}
+
+// Retry counts an attempt that repeats a failed one (counted by Request too).
+func (m *Metrics) Retry() {
+	if m == nil {
+		return
+	}
+	m.retries.Inc()
+}
+
+// Error counts a failure at stage (e.g. "detect", "upload", "commit"), a
+// small fixed set like Request's op.
+func (m *Metrics) Error(stage string) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(stage).Inc()
+}
+
+// SetQueueDepth records how many steps wait to be uploaded.
+func (m *Metrics) SetQueueDepth(n int) {
+	if m == nil {
+		return
+	}
+	m.queueDepth.Set(float64(n))
+}
+
+// Committed records that step's manifest was committed sinceComplete after
+// the step was found complete on disk. The last-committed gauge only moves
+// forward, so a late commit of an older step does not hide a newer one.
+func (m *Metrics) Committed(step int64, sinceComplete time.Duration) {
+	if m == nil {
+		return
+	}
+	m.stepsCommitted.Inc()
+	m.timeToDurable.Observe(sinceComplete.Seconds())
+	m.mu.Lock()
+	if step > m.last {
+		m.last = step
+		m.lastCommitted.Set(float64(step))
+	}
+	m.mu.Unlock()
+}
+
+// Dedup counts n bytes not uploaded because they were unchanged.
+func (m *Metrics) Dedup(n int64) {
+	if m == nil {
+		return
+	}
+	m.dedupBytes.Add(float64(n))
+}
+
+// RequestCounts returns the requests counted so far by operation, in the
+// shape of Status.Requests (nil on a nil *Metrics).
+func (m *Metrics) RequestCounts() map[string]int64 {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int64, len(m.requestN))
+	for op, n := range m.requestN {
+		out[op] = n
+	}
+	return out
+}
+
+// MetricsHandler serves /metrics from g and /healthz from health: 200 "ok"
+// when health returns nil (or is nil), else 503 with its error, which must
+// therefore never hold a secret.
+func MetricsHandler(g prometheus.Gatherer, health func() error, log *zap.Logger) http.Handler {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(log.Named("metrics")),
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if health != nil {
+			if err := health(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, err.Error())
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// ServeMetrics serves MetricsHandler over HTTP on addr (DefaultMetricsAddr
+// if empty) until ctx is cancelled, then returns nil after shutting down.
+// It serves whatever address it is given; keeping it on loopback by
+// default is the CLI's job.
+func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, health func() error, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if addr == "" {
+		addr = DefaultMetricsAddr
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           MetricsHandler(g, health, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      time.Minute,
+		ErrorLog:          zap.NewStdLog(log.Named("metrics")),
+	}
+	log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	wg.Go(func() { errc <- srv.Serve(ln) })
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		err = fmt.Errorf("metrics on %s: %w", addr, err)
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shutCtx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		srv.Close()
+	}
+	wg.Wait()
+	return err
+}
