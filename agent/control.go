@@ -1,0 +1,375 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// controlSocketName is the control socket's file name in the state dir.
+const controlSocketName = "agent.sock"
+
+// Errors about who owns a state dir's control socket.
+var (
+	// ErrNoAgent means no agent answers on the control socket, so `ferry
+	// flush` cannot promise anything is durable.
+	ErrNoAgent = errors.New("no ferry agent is running")
+	// ErrAgentRunning means another agent serves the state dir: two agents
+	// would upload the same steps and share one journal.
+	ErrAgentRunning = errors.New("another ferry agent is running")
+)
+
+// SocketPath is where the agent using stateDir listens for `ferry status`
+// and `ferry flush`: one agent per state dir, found without configuration.
+func SocketPath(stateDir string) string {
+	return filepath.Join(stateDir, controlSocketName)
+}
+
+// ControlServer is a control socket that is bound but not yet serving.
+// Binding first lets the agent fail before it uploads anything when another
+// agent owns the state dir, and report READY only once `ferry status` works.
+type ControlServer struct {
+	path  string
+	ln    *net.UnixListener
+	owned os.FileInfo // the socket file we created, to remove only ours
+	c     Controller
+	log   *zap.Logger
+	once  sync.Once
+}
+
+// ServeControl serves c on a unix socket at path until ctx is cancelled,
+// then returns nil having removed the socket. Cancel ctx only after the
+// agent has drained, so that `ferry flush` clients waiting during the drain
+// get their answer.
+func ServeControl(ctx context.Context, path string, c Controller, log *zap.Logger) error {
+	s, err := ListenControl(path, c, log)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx)
+}
+
+// ListenControl binds the control socket at path: its directory is made
+// owner-only (0700) and the socket 0600, because anyone who can connect can
+// read the agent's status. A socket file left by a dead agent is replaced;
+// a live agent on it, or a file that is not a socket, is an error.
+func ListenControl(path string, c Controller, log *zap.Logger) (*ControlServer, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("control socket: create %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("control socket: make %s owner-only: %w", dir, err)
+	}
+	ln, err := listenUnix(path)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		if err := removeStaleSocket(path); err != nil {
+			return nil, err
+		}
+		ln, err = listenUnix(path)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// Another agent bound it between our check and our listen.
+			return nil, fmt.Errorf("%w with state dir %s (socket %s)", ErrAgentRunning, dir, path)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w%s", path, err, socketPathHint(path))
+	}
+	// We remove the file ourselves, and only if it is still ours: a
+	// listener's automatic unlink would remove whatever is at path.
+	ln.SetUnlinkOnClose(false)
+	owned, err := os.Lstat(path)
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket %s: make it owner-only: %w", path, err)
+	}
+	return &ControlServer{path: path, ln: ln, owned: owned, c: c, log: log}, nil
+}
+
+func listenUnix(path string) (*net.UnixListener, error) {
+	return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+}
+
+// removeStaleSocket removes the socket file at path unless something
+// answers on it.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("control socket %s: the path exists and is not a socket; remove it if it is not needed", path)
+	}
+	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err == nil {
+		conn.Close()
+		return fmt.Errorf("%w with state dir %s (socket %s)", ErrAgentRunning, filepath.Dir(path), path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("control socket %s: check for a running agent: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
+	}
+	return nil
+}
+
+// socketPathHint explains the most puzzling bind failure: unix socket
+// paths are limited to about 100 bytes.
+func socketPathHint(path string) string {
+	if len(path) < 100 {
+		return ""
+	}
+	return fmt.Sprintf(" (the socket path is %d bytes; unix sockets allow about 100: use a shorter --state-dir)", len(path))
+}
+
+// Path is the socket's path.
+func (s *ControlServer) Path() string { return s.path }
+
+// Serve answers requests until ctx is cancelled, then returns nil having
+// closed the listener and removed the socket. Requests in flight, such as
+// a long flush, are cancelled with ctx and still answered.
+func (s *ControlServer) Serve(ctx context.Context) error {
+	defer s.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/status", s.handleStatus)
+	mux.HandleFunc("/flush", s.handleFlush)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Request contexts derive from ctx: a flush in progress ends when
+		// the agent stops instead of holding up the shutdown.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog:    zap.NewStdLog(s.log.Named("control")),
+	}
+	s.log.Info("control socket listening", zap.String("path", s.path))
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	wg.Go(func() { errc <- srv.Serve(s.ln) })
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		err = fmt.Errorf("control socket %s: %w", s.path, err)
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shutCtx); serr != nil {
+		srv.Close()
+	}
+	wg.Wait()
+	return err
+}
+
+// Close stops listening and removes the socket file if it is still ours.
+// Serve calls it; call it yourself only if you never call Serve.
+func (s *ControlServer) Close() error {
+	var err error
+	s.once.Do(func() {
+		err = s.ln.Close()
+		if errors.Is(err, net.ErrClosed) {
+			err = nil
+		}
+		if fi, serr := os.Lstat(s.path); serr == nil && os.SameFile(fi, s.owned) {
+			if rerr := os.Remove(s.path); rerr != nil && err == nil {
+				err = fmt.Errorf("control socket: remove %s: %w", s.path, rerr)
+			}
+		}
+	})
+	return err
+}
+
+func (s *ControlServer) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	writeControlJSON(w, http.StatusOK, s.c.Status())
+}
+
+// flushResponse is the answer to POST /flush.
+type flushResponse struct {
+	Committed    bool    `json:"committed"`
+	NotCommitted []int64 `json:"not_committed"`
+	// Error says why not everything is committed, when known.
+	Error string `json:"error,omitempty"`
+}
+
+func (s *ControlServer) handleFlush(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "use POST", http.StatusMethodNotAllowed)
+		return
+	}
+	var timeout time.Duration
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			http.Error(w, fmt.Sprintf("timeout %q: want a duration such as 15m", v), http.StatusBadRequest)
+			return
+		}
+		timeout = d
+	}
+	// r.Context() ends when the client disconnects or the agent stops.
+	ctx := r.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	s.log.Info("flush requested", zap.Duration("timeout", timeout))
+	steps, err := s.c.Flush(ctx)
+	resp := flushResponse{Committed: err == nil && len(steps) == 0, NotCommitted: steps}
+	switch {
+	case resp.Committed:
+	case r.Context().Err() != nil:
+		// The client left or the agent is stopping; whoever is left to
+		// read this learns the agent stopped.
+		resp.Error = "the agent is stopping"
+	case errors.Is(err, context.DeadlineExceeded):
+		resp.Error = fmt.Sprintf("flush timed out after %v", timeout)
+	case err != nil:
+		resp.Error = err.Error()
+	}
+	if resp.NotCommitted == nil {
+		resp.NotCommitted = []int64{}
+	}
+	s.log.Info("flush answered", zap.Bool("committed", resp.Committed),
+		zap.Int64s("not_committed", resp.NotCommitted), zap.Duration("took", time.Since(start)))
+	writeControlJSON(w, http.StatusOK, resp)
+}
+
+func writeControlJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ControlClient talks to the agent that owns a state dir, for `ferry
+// status` and `ferry flush`.
+type ControlClient struct {
+	stateDir string
+	path     string
+	http     *http.Client
+}
+
+// DialControl returns a client for the agent using stateDir. It connects
+// lazily, on each call, so it never fails itself.
+func DialControl(stateDir string) *ControlClient {
+	path := SocketPath(stateDir)
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		DisableKeepAlives: true,
+	}
+	return &ControlClient{stateDir: stateDir, path: path, http: &http.Client{Transport: tr}}
+}
+
+// Status returns the agent's status.
+func (cl *ControlClient) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := cl.do(ctx, http.MethodGet, "/status", &st)
+	return st, err
+}
+
+// NotCommittedError is Flush's error when the agent answered but some
+// steps are not durable yet; it names them so scripts can say which.
+type NotCommittedError struct {
+	Steps []int64
+	// Reason is the agent's explanation, e.g. the timeout.
+	Reason string
+}
+
+func (e *NotCommittedError) Error() string {
+	var msg string
+	switch len(e.Steps) {
+	case 0:
+		msg = "not every step is committed"
+	case 1:
+		msg = "step " + strconv.FormatInt(e.Steps[0], 10) + " is not committed"
+	default:
+		s := make([]string, len(e.Steps))
+		for i, n := range e.Steps {
+			s[i] = strconv.FormatInt(n, 10)
+		}
+		msg = fmt.Sprintf("%d steps are not committed: %s", len(e.Steps), strings.Join(s, ", "))
+	}
+	if e.Reason != "" {
+		msg += " (" + e.Reason + ")"
+	}
+	return msg
+}
+
+// Flush asks the agent to wait until every step it has seen is committed,
+// for at most timeout (0: no limit). It returns nil, nil when everything is
+// committed, and the steps still not committed with a *NotCommittedError
+// when the agent answered otherwise. Cancelling ctx abandons the wait on
+// both sides.
+func (cl *ControlClient) Flush(ctx context.Context, timeout time.Duration) (notCommitted []int64, err error) {
+	url := "/flush"
+	if timeout > 0 {
+		url += "?timeout=" + timeout.String()
+		// Leave the agent time to answer after its own timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout+time.Minute)
+		defer cancel()
+	}
+	var resp flushResponse
+	if err := cl.do(ctx, http.MethodPost, url, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Committed {
+		return nil, nil
+	}
+	return resp.NotCommitted, &NotCommittedError{Steps: resp.NotCommitted, Reason: resp.Error}
+}
+
+// do sends one request and decodes the JSON answer into v.
+func (cl *ControlClient) do(ctx context.Context, method, url string, v any) error {
+	op := strings.TrimPrefix(strings.SplitN(url, "?", 2)[0], "/")
+	req, err := http.NewRequestWithContext(ctx, method, "http://ferry-agent"+url, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("%s: %w", op, ctxErr)
+		}
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("%w with state dir %s (socket %s)", ErrNoAgent, cl.stateDir, cl.path)
+		}
+		return fmt.Errorf("%s: ferry agent at %s: %w", op, cl.path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: ferry agent at %s answered %s: %s", op, cl.path, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("%s: read the answer of the ferry agent at %s: %w", op, cl.path, err)
+	}
+	return nil
+}
