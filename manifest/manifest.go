@@ -6,6 +6,9 @@
 //
 //	P/manifests/<inv>-<step>.json   committed manifest of a step
 //	P/data/<step>/<attempt>/<path>  file objects written by one push attempt
+//	P/parts/<step>/of-<N>/node-<K>.json
+//	                                part manifest of node K of an N-node job
+//	P/pruned/<inv>-<step>.json      tombstone of a manifest removed by prune
 //
 // <step> is the step zero-padded to 12 digits and <inv> is 999999999999-step,
 // zero-padded likewise, so manifest keys list newest first: finding the
@@ -24,8 +27,12 @@ import (
 )
 
 // FormatVersion is the version this package writes. Readers accept any
-// 1.x and reject other major versions.
-const FormatVersion = "1.0"
+// 1.x and reject other major versions. 1.1 added the nodes field of a
+// manifest and part manifests; 1.0 readers ignore the field.
+const FormatVersion = "1.1"
+
+// MaxNodes is the largest number of nodes the part keys can represent.
+const MaxNodes = 99_999
 
 // MaxStep is the largest step number the key layout can represent.
 const MaxStep = 999_999_999_999
@@ -45,6 +52,9 @@ type Manifest struct {
 	Files []File `json:"files"`
 	// Symlinks lists links inside the checkpoint that point inside it.
 	Symlinks []Symlink `json:"symlinks,omitempty"`
+	// Nodes is the number of nodes whose part manifests were merged into
+	// this one; 0 when one node wrote the manifest directly.
+	Nodes int `json:"nodes,omitempty"`
 }
 
 // File is one regular file of a checkpoint and the object holding its bytes.

@@ -81,6 +81,35 @@ func SameContent(a, b *Manifest) bool {
 	return true
 }
 
+// Contains reports whether every file and symlink of sub is in m with the
+// same size and hash, or target: what a node checks of a step committed
+// from several nodes' parts.
+func Contains(m, sub *Manifest) bool {
+	if m.Step != sub.Step {
+		return false
+	}
+	files := make(map[string]File, len(m.Files))
+	for _, f := range m.Files {
+		files[f.Path] = f
+	}
+	for _, f := range sub.Files {
+		o, ok := files[f.Path]
+		if !ok || o.Size != f.Size || o.BLAKE3 != f.BLAKE3 {
+			return false
+		}
+	}
+	links := make(map[string]string, len(m.Symlinks))
+	for _, s := range m.Symlinks {
+		links[s.Path] = s.Target
+	}
+	for _, s := range sub.Symlinks {
+		if t, ok := links[s.Path]; !ok || t != s.Target {
+			return false
+		}
+	}
+	return true
+}
+
 // Get reads and validates the committed manifest of a step. It returns
 // ErrNoCheckpoint if the step is not committed.
 func Get(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
@@ -151,4 +180,35 @@ func Latest(ctx context.Context, st store.Store, prefix string) (*Manifest, erro
 		return nil, err
 	}
 	return Get(ctx, st, prefix, step)
+}
+
+// PreviousStep returns the highest committed step below step, or
+// ErrNoCheckpoint. Manifest keys list newest first, so it is one listing
+// request for one key, however long the history.
+func PreviousStep(ctx context.Context, st store.Store, prefix string, step int64) (int64, error) {
+	after := ManifestKey(prefix, step)
+	found, stray := int64(-1), false
+	try := func(maxKeys int) error {
+		return st.List(ctx, ManifestsPrefix(prefix), after, maxKeys, func(o store.ObjectInfo) error {
+			if s, ok := StepFromManifestKey(prefix, o.Key); ok && s < step {
+				found = s
+				return store.ErrStopList
+			}
+			stray = true
+			return nil
+		})
+	}
+	if err := try(1); err != nil {
+		return 0, fmt.Errorf("list manifests under %s: %w", ManifestsPrefix(prefix), err)
+	}
+	if found < 0 && stray {
+		// A stray object sorted first: look further.
+		if err := try(0); err != nil {
+			return 0, fmt.Errorf("list manifests under %s: %w", ManifestsPrefix(prefix), err)
+		}
+	}
+	if found < 0 {
+		return 0, fmt.Errorf("before step %d: %w", step, ErrNoCheckpoint)
+	}
+	return found, nil
 }

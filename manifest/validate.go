@@ -33,6 +33,9 @@ func Validate(m *Manifest, prefix string) error {
 	if m.Created.IsZero() {
 		return fmt.Errorf("manifest field created: missing")
 	}
+	if m.Nodes < 0 || m.Nodes > MaxNodes {
+		return fmt.Errorf("manifest field nodes: %d outside 0..%d", m.Nodes, MaxNodes)
+	}
 	if len(m.Files)+len(m.Symlinks) > MaxFiles {
 		return fmt.Errorf("manifest field files: more than %d entries", MaxFiles)
 	}

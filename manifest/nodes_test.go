@@ -1,0 +1,218 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+)
+
+// nodePart returns node k's part of step 100 of an n-node job: one ranked
+// file per node, and a config every node holds with the same content.
+func nodePart(k, n int) *Part {
+	r := k
+	return &Part{
+		Format: FormatVersion, Step: 100, NodeRank: k, Nodes: n,
+		Created: time.Date(2026, 12, 2, 0, 0, k, 0, time.UTC),
+		Files: []File{
+			{Path: fmt.Sprintf("ckpt-rank%d.pt", k), Size: 10, BLAKE3: hashA, Key: fmt.Sprintf("run/data/000000000100/n%d/ckpt-rank%d.pt", k, k), Rank: &r},
+			{Path: "config.json", Size: 3, BLAKE3: strings.Repeat("c", 64), Key: fmt.Sprintf("run/data/000000000100/n%d/config.json", k)},
+		},
+	}
+}
+
+func TestPartKeys(t *testing.T) {
+	key := PartKey("run", 100, 3, 1)
+	if key != "run/parts/000000000100/of-00003/node-00001.json" {
+		t.Fatalf("PartKey = %q", key)
+	}
+	if !strings.HasPrefix(key, StepPartsPrefix("run", 100, 3)) || strings.HasPrefix(PartKey("run", 100, 30, 1), StepPartsPrefix("run", 100, 3)) {
+		t.Fatal("a step's parts prefix must hold exactly the parts of that node count")
+	}
+	s, n, k, ok := ParsePartKey("run", key)
+	if !ok || s != 100 || n != 3 || k != 1 {
+		t.Fatalf("ParsePartKey = %d %d %d %v", s, n, k, ok)
+	}
+	for _, bad := range []string{"run/parts/000000000100/of-00003/node-00003.json", "run/parts/x", "run/parts/000000000100/of-00000/node-00000.json"} {
+		if _, _, _, ok := ParsePartKey("run", bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if s, ok := StepFromPrunedKey("run", PrunedKey("run", 42)); !ok || s != 42 {
+		t.Errorf("StepFromPrunedKey = %d %v", s, ok)
+	}
+}
+
+func TestValidatePartRejects(t *testing.T) {
+	for name, mod := range map[string]func(p *Part){
+		"rank too high": func(p *Part) { p.NodeRank = 3 },
+		"no nodes":      func(p *Part) { p.Nodes = 0 },
+		"bad path":      func(p *Part) { p.Files[0].Path = "../x" },
+		"bad key":       func(p *Part) { p.Files[0].Key = "other/x" },
+	} {
+		p := nodePart(1, 3)
+		mod(p)
+		if err := ValidatePart(p, "run"); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestCommitNodePartLastNodeCommits(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemStore()
+	for k := range 2 {
+		res, err := CommitNodePart(ctx, st, "run", nodePart(k, 3))
+		if err != nil || res.Manifest != nil || res.Committed || !res.PartWritten || res.Present != k+1 {
+			t.Fatalf("node %d: %+v, %v", k, res, err)
+		}
+		if _, err := Get(ctx, st, "run", 100); !errors.Is(err, ErrNoCheckpoint) {
+			t.Fatalf("step visible before every node finished: %v", err)
+		}
+	}
+	res, err := CommitNodePart(ctx, st, "run", nodePart(2, 3))
+	if err != nil || !res.Committed || res.Manifest == nil {
+		t.Fatalf("last node: %+v, %v", res, err)
+	}
+	m, err := Get(ctx, st, "run", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Nodes != 3 || len(m.Files) != 4 || m.Files[0].Path != "ckpt-rank0.pt" || m.Files[3].Path != "config.json" {
+		t.Fatalf("merged manifest: %+v", m)
+	}
+	if !m.Created.Equal(nodePart(2, 3).Created) {
+		t.Errorf("created = %v, want the latest part's", m.Created)
+	}
+	// The shared config is taken from the lowest node.
+	if m.Files[3].Key != "run/data/000000000100/n0/config.json" {
+		t.Errorf("config key = %q", m.Files[3].Key)
+	}
+	// A node re-running the step finds its identical part and the manifest.
+	res, err = CommitNodePart(ctx, st, "run", nodePart(1, 3))
+	if err != nil || res.PartWritten || res.Committed || res.Manifest == nil {
+		t.Fatalf("re-run: %+v, %v", res, err)
+	}
+}
+
+func TestCommitNodePartConflicts(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemStore()
+	if _, err := CommitNodePart(ctx, st, "run", nodePart(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	diff := nodePart(0, 2)
+	diff.Files[0].BLAKE3 = strings.Repeat("d", 64)
+	if _, err := CommitNodePart(ctx, st, "run", diff); !errors.Is(err, ErrPartConflict) {
+		t.Fatalf("different part content: %v", err)
+	}
+	// Node 1 holds the shared config with other content: no manifest.
+	bad := nodePart(1, 2)
+	bad.Files[1].BLAKE3 = strings.Repeat("e", 64)
+	_, err := CommitNodePart(ctx, st, "run", bad)
+	if err == nil || !strings.Contains(err.Error(), "nodes 0 and 1 both hold config.json") {
+		t.Fatalf("colliding paths: %v", err)
+	}
+	if _, err := Get(ctx, st, "run", 100); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("a step with colliding parts was committed: %v", err)
+	}
+}
+
+// TestCommitNodePartRaces runs N nodes committing the same step at once,
+// many times: exactly one manifest, identical to what any node computes.
+func TestCommitNodePartRaces(t *testing.T) {
+	ctx := context.Background()
+	const nodes = 5
+	parts := make([]*Part, nodes)
+	for k := range nodes {
+		parts[k] = nodePart(k, nodes)
+	}
+	want, err := MergeParts(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBytes, _ := Encode(want)
+	for round := range 50 {
+		mem := store.NewMemStore()
+		st := &store.Faulty{Inner: mem}
+		var wg sync.WaitGroup
+		results := make([]NodeCommit, nodes)
+		errs := make([]error, nodes)
+		start := make(chan struct{})
+		for k := range nodes {
+			wg.Go(func() {
+				<-start
+				results[k], errs[k] = CommitNodePart(ctx, st, "run", parts[k])
+			})
+		}
+		close(start)
+		wg.Wait()
+		committed := 0
+		for k := range nodes {
+			if errs[k] != nil {
+				t.Fatalf("round %d node %d: %v", round, k, errs[k])
+			}
+			if results[k].Committed {
+				committed++
+			}
+		}
+		if committed != 1 {
+			t.Fatalf("round %d: %d nodes wrote the manifest", round, committed)
+		}
+		if n := len(mem.Objects()); n != nodes+1 {
+			t.Fatalf("round %d: %d objects, want %d parts and one manifest", round, n, nodes)
+		}
+		rc, err := mem.Get(ctx, ManifestKey("run", 100), 0, -1)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		var got bytes.Buffer
+		_, _ = got.ReadFrom(rc)
+		rc.Close()
+		if !bytes.Equal(got.Bytes(), wantBytes) {
+			t.Fatalf("round %d: manifest depends on who wrote it:\n%s\nwant\n%s", round, got.Bytes(), wantBytes)
+		}
+	}
+}
+
+func TestMergePartsRejectsIncompleteSet(t *testing.T) {
+	if _, err := MergeParts([]*Part{nodePart(0, 3), nodePart(2, 3)}); err == nil {
+		t.Fatal("merged a set missing node 1")
+	}
+}
+
+func TestPreviousStepAndContains(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemStore()
+	if _, err := PreviousStep(ctx, st, "run", 10); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("empty: %v", err)
+	}
+	for _, step := range []int64{3, 7, 12} {
+		m := valid()
+		m.Step = step
+		if _, _, err := Commit(ctx, st, "run", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for step, want := range map[int64]int64{10: 7, 7: 3, 12: 7, 100: 12} {
+		if got, err := PreviousStep(ctx, st, "run", step); err != nil || got != want {
+			t.Errorf("PreviousStep(%d) = %d, %v; want %d", step, got, err, want)
+		}
+	}
+	if _, err := PreviousStep(ctx, st, "run", 3); !errors.Is(err, ErrNoCheckpoint) {
+		t.Errorf("PreviousStep(3) = %v", err)
+	}
+	m := valid()
+	sub := valid()
+	sub.Files = sub.Files[:1]
+	sub.Symlinks = nil
+	if !Contains(m, sub) || Contains(sub, m) {
+		t.Error("Contains")
+	}
+}
