@@ -77,6 +77,8 @@ const (
 	maxCompleteBody = 16 << 20
 	// maxCreateResponse bounds the CreateMultipartUpload answer read.
 	maxCreateResponse = 1 << 20
+	// maxDrain bounds the body read from a refused request.
+	maxDrain = 64 << 20
 )
 
 // r2Algorithms are the checksum algorithms R2 knows, with whether it takes
@@ -112,8 +114,13 @@ func refusal(status int, code, message, detail string, args ...any) *violation {
 
 // refuse answers a request that breaks an R2 rule and records it.
 func (p *Proxy) refuse(ex *exchange, v *violation) {
-	// A refused body is not read, as R2 would not; Go then closes the
-	// connection after the answer.
+	// Read a body of ordinary size first, so that the client reads the
+	// answer rather than failing to send the rest and retrying. Huge ones
+	// (refused for their size) and those waiting for 100 Continue are left
+	// unread; Go then closes the connection after the answer.
+	if n := ex.r.ContentLength; n > 0 && n <= maxDrain && ex.r.Header.Get("Expect") == "" {
+		_, _ = io.Copy(io.Discard, io.LimitReader(ex.r.Body, maxDrain))
+	}
 	p.mu.Lock()
 	ex.rec.Rejected = v.detail
 	p.violations = append(p.violations, ex.rec)

@@ -138,7 +138,7 @@ func TestR2PartSizes(t *testing.T) {
 	}
 }
 
-// TestR2PartNumber refuses part 10,001.
+// TestR2PartNumber refuses part 10,001, once: a refusal is not retried.
 func TestR2PartNumber(t *testing.T) {
 	t.Parallel()
 	f := r2Fixture(t)
@@ -147,8 +147,14 @@ func TestR2PartNumber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = st.UploadPart(t.Context(), "k", id, 10001, bytes.NewReader([]byte("x")), 1, store.CRC32C([]byte("x")))
+	// A whole part: the client gets the answer, not a broken connection
+	// it would retry.
+	part := randomBytes(10, 6*mib)
+	_, err = st.UploadPart(t.Context(), "k", id, 10001, bytes.NewReader(part), int64(len(part)), store.CRC32C(part))
 	f.refused(t, err, http.StatusBadRequest, "InvalidArgument", `part number "10001" outside 1..10000`)
+	if n := f.px.Counts()[s3proxy.OpUploadPart]; n != 1 {
+		t.Errorf("%d UploadPart requests, want 1", n)
+	}
 }
 
 // TestR2Expect100Continue refuses Expect: 100-continue.

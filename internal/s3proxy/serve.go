@@ -68,7 +68,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resetConn(conn)
 	case actDelay:
 		if !p.hold(act.d, r.Context().Done()) {
-			return
+			panic(http.ErrAbortHandler) // drop the connection, answer nothing
 		}
 		p.forward(ex, Action{})
 	default:
@@ -151,7 +151,7 @@ func (p *Proxy) forward(ex *exchange, act Action) {
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		if r.Context().Err() != nil {
-			return // the client left; nobody to answer
+			panic(http.ErrAbortHandler) // the client left; nobody to answer
 		}
 		p.writeError(ex, http.StatusBadGateway, "BadGateway", "s3proxy: "+err.Error())
 		return
