@@ -52,6 +52,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newRestoreCommand(),
 			newListCommand(),
 			newShowCommand(),
+			newStatusCommand(),
+			newFlushCommand(),
 		},
 	}
 	known := map[string]bool{"help": true, "h": true}

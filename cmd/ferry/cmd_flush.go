@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/agent"
+)
+
+type flushOptions struct {
+	stateDir string
+	timeout  time.Duration
+}
+
+func newFlushCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "flush",
+		Usage: "wait until the running agent has committed every checkpoint it has seen; exit 1 naming the steps that are not",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "timeout", Value: 15 * time.Minute, Usage: "give up after this long (0: wait as long as it takes)"},
+			stateDirFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usagef("flush takes no arguments (got %q)", c.Args().First())
+			}
+			o := flushOptions{stateDir: c.String("state-dir"), timeout: c.Duration("timeout")}
+			if o.timeout < 0 {
+				return usagef("--timeout %v: must not be negative", o.timeout)
+			}
+			return runFlush(c.Context, o, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) error {
+	if o.stateDir == "" {
+		o.stateDir = defaultStateDir()
+	}
+	cl := agent.DialControl(o.stateDir)
+	if isTerminal(stderr) {
+		fmt.Fprintf(stderr, "waiting for the agent to commit every step it has seen (timeout %v)\n", o.timeout)
+	}
+	// A *agent.NotCommittedError names the steps; exitCode prints it as
+	// the one line a job script shows.
+	if _, err := cl.Flush(ctx, o.timeout); err != nil {
+		return err
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		// Everything is committed; the agent may have exited since.
+		fmt.Fprintln(stdout, "all steps committed")
+		return nil
+	}
+	var committed, abandoned int
+	for _, s := range st.Steps {
+		switch s.State {
+		case agent.StateCommitted:
+			committed++
+		case agent.StateAbandoned:
+			abandoned++
+		}
+	}
+	switch {
+	case committed == 0 && abandoned == 0:
+		fmt.Fprintln(stdout, "nothing to flush: the agent has seen no complete step yet")
+	case committed == 0:
+		fmt.Fprintf(stdout, "nothing committed: %d abandoned steps were deleted before they were durable\n", abandoned)
+	case abandoned > 0:
+		fmt.Fprintf(stdout, "%s (last committed step %d; %d abandoned: deleted before they were durable)\n", allCommitted(committed), st.LastCommitted, abandoned)
+	default:
+		fmt.Fprintf(stdout, "%s (last committed step %d)\n", allCommitted(committed), st.LastCommitted)
+	}
+	return nil
+}
+
+func allCommitted(n int) string {
+	if n == 1 {
+		return "1 step committed"
+	}
+	return fmt.Sprintf("all %d steps committed", n)
+}

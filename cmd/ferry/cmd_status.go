@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/internal/units"
+)
+
+type statusOptions struct {
+	stateDir string
+	json     bool
+}
+
+// stateDirFlag names the running agent: its control socket lives there.
+func stateDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "the agent's state dir, where its control socket agent.sock is (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"}
+}
+
+func newStatusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show what the running agent has seen: pending, uploading and committed steps, bytes, rate, last error",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the agent's status as JSON"},
+			stateDirFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usagef("status takes no arguments (got %q)", c.Args().First())
+			}
+			return runStatus(c.Context, statusOptions{stateDir: c.String("state-dir"), json: c.Bool("json")}, c.App.Writer)
+		},
+	}
+}
+
+func runStatus(ctx context.Context, o statusOptions, stdout io.Writer) error {
+	if o.stateDir == "" {
+		o.stateDir = defaultStateDir()
+	}
+	st, err := agent.DialControl(o.stateDir).Status(ctx)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(stdout, st)
+	}
+	return printStatus(stdout, st, time.Now())
+}
+
+// printStatus writes a header line about the agent and a table of steps.
+func printStatus(w io.Writer, st agent.Status, now time.Time) error {
+	last := "none"
+	if st.LastCommitted >= 0 {
+		last = fmt.Sprint(st.LastCommitted)
+	}
+	fmt.Fprintf(w, "%s -> %s (layout %s)  last committed %s  rate %s/s  sent %s  up %s",
+		st.Watch, st.Destination, orDash(st.Layout), last,
+		units.FormatBytes(int64(st.Rate)), units.FormatBytes(st.BytesSent), now.Sub(st.Started).Round(time.Second))
+	if st.Draining {
+		fmt.Fprint(w, "  draining")
+	}
+	fmt.Fprintln(w)
+	if st.LastError != "" {
+		fmt.Fprintf(w, "last error: %s\n", oneLine(st.LastError))
+	}
+	if len(st.Steps) == 0 {
+		fmt.Fprintln(w, "no complete step seen yet")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATE\tFILES\tBYTES\tSENT\tDETECTED\tCOMMITTED\tERROR")
+	for _, s := range st.Steps {
+		committed := "-"
+		if !s.Committed.IsZero() {
+			// How long the step took to become durable says more than
+			// a second timestamp.
+			committed = "+" + s.Committed.Sub(s.Detected).Round(time.Second).String()
+		}
+		errText := oneLine(s.Error)
+		if errText != "" && s.Attempts > 1 {
+			errText = fmt.Sprintf("attempt %d: %s", s.Attempts, errText)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Step, s.State, s.Files,
+			units.FormatBytes(s.Bytes), units.FormatBytes(s.BytesSent),
+			s.Detected.Local().Format("2006-01-02 15:04:05"), committed, truncate(errText, 120))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// truncate keeps a table row on one screen line; --json has the full text.
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return strings.TrimSpace(string(r[:n-1])) + "…"
+}
