@@ -122,6 +122,10 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 		} else {
 			w.fsw = fsw
 			events, errs = fsw.Events, fsw.Errors
+			if fs := remoteFS(w.tree.root); fs != "" {
+				w.log.Info("fsnotify sees only this host's writes on this filesystem; other hosts' writes are found at rescans (or use polling)",
+					zap.String("dir", w.tree.root), zap.String("filesystem", fs), zap.Duration("rescan", interval))
+			}
 			defer func() {
 				fsw.Close()
 				w.fsw = nil
