@@ -1,0 +1,53 @@
+package detect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+)
+
+// The agent runs the watcher in its errgroup and consumes events in
+// another goroutine of the same group.
+func ExampleWatcher_Run() {
+	committed := map[int64]bool{} // in the agent: read from the store
+	w, err := detect.New(detect.Options{
+		Dir:         "/scratch/ckpt",
+		Layout:      "auto",
+		AlreadyDone: func(s detect.Step) bool { return committed[s.Number] },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+	events := make(chan detect.Event)
+	g.Go(func() error { return w.Run(ctx, events) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case ev := <-events:
+				switch ev.Kind {
+				case detect.Complete:
+					// upload ev.Step.Files, ev.Step.Symlinks and
+					// ev.Step.Generated, then commit; on failure
+					// w.Forget(ev.Step.Number) offers the step again.
+				case detect.Deleted:
+					// abort an upload of ev.Step in progress; do not commit.
+					_ = errors.Is(ev.Err, detect.ErrChanged)
+				case detect.Error:
+					// report ev.Err; Complete follows once the step is readable.
+				}
+			}
+		}
+	})
+	cancel() // in the agent: on SIGTERM
+	_ = g.Wait()
+}
