@@ -41,11 +41,32 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		mf.BLAKE3, mf.PartSize = done.BLAKE3, done.PartSize
 		return mf, nil
 	}
-	if stamp.Size <= u.singlePutLimit() {
-		mf.BLAKE3, err = u.putWhole(ctx, fh, f, stamp)
-	} else {
+	if stamp.Size > u.singlePutLimit() {
 		mf.PartSize = PartSizeFor(stamp.Size, u.opts.PartSize)
-		mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize)
+	}
+	var pre *digest
+	if f.Reuse != nil && f.Reuse.Size == stamp.Size {
+		if pre, err = u.digest(ctx, fh, stamp.Size, mf.PartSize); err != nil {
+			return manifest.File{}, err
+		}
+		if pre.blake3 == f.Reuse.BLAKE3 {
+			if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+				return manifest.File{}, err
+			}
+			mf.BLAKE3, mf.Key, mf.PartSize = pre.blake3, f.Reuse.Key, f.Reuse.PartSize
+			u.stats.dedupFiles.Add(1)
+			u.stats.dedupBytes.Add(stamp.Size)
+			if u.opts.OnDedup != nil {
+				u.opts.OnDedup(stamp.Size)
+			}
+			u.opts.Logger.Debug("unchanged since the previous step; referencing its object", zap.String("file", f.RelPath), zap.String("key", f.Reuse.Key))
+			return mf, nil
+		}
+	}
+	if mf.PartSize == 0 {
+		mf.BLAKE3, err = u.putWhole(ctx, fh, f, stamp, pre)
+	} else {
+		mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize, pre)
 	}
 	if err != nil {
 		return manifest.File{}, err
@@ -77,13 +98,47 @@ func (u *Uploader) alreadyDone(ctx context.Context, f File, stamp fileStamp) (Do
 	return done, true
 }
 
-// putWhole hashes a small file and sends it with one PUT.
-func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp fileStamp) (string, error) {
-	h := blake3.New()
-	var crc uint32
-	if err := u.hashRange(ctx, fh, 0, stamp.Size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
-		return "", err
+// digest is what one read of a whole file computes: its BLAKE3 and the
+// CRC32C of each part it would be sent as (one for a single PUT).
+type digest struct {
+	blake3 string
+	crcs   []uint32
+}
+
+// digest reads a file once, computing its BLAKE3 and the CRC32C of each
+// part of partSize (0: one part). A file compared with an earlier step's
+// object is read this way first: if it is unchanged nothing more is read;
+// otherwise the send reads it again (from the page cache, usually) without
+// hashing it again, so deduplication never adds a read.
+func (u *Uploader) digest(ctx context.Context, fh *os.File, size, partSize int64) (*digest, error) {
+	span, nparts := size, int64(1)
+	if partSize > 0 {
+		span, nparts = partSize, (size+partSize-1)/partSize
 	}
+	h := blake3.New()
+	d := &digest{crcs: make([]uint32, 0, nparts)}
+	for i := range nparts {
+		off := i * span
+		var crc uint32
+		if err := u.hashRange(ctx, fh, off, min(span, size-off), h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
+			return nil, err
+		}
+		d.crcs = append(d.crcs, crc)
+	}
+	d.blake3 = hex.EncodeToString(h.Sum(nil))
+	return d, nil
+}
+
+// putWhole hashes a small file and sends it with one PUT. pre, when set,
+// holds the hashes from an earlier read.
+func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp fileStamp, pre *digest) (string, error) {
+	if pre == nil {
+		var err error
+		if pre, err = u.digest(ctx, fh, stamp.Size, 0); err != nil {
+			return "", err
+		}
+	}
+	crc := pre.crcs[0]
 	if err := u.acquire(ctx); err != nil {
 		return "", err
 	}
@@ -97,7 +152,7 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return pre.blake3, nil
 }
 
 // body returns the request body for n bytes of fh from off, paced by the
@@ -171,7 +226,9 @@ func (u *Uploader) hashRange(ctx context.Context, fh *os.File, off, n int64, h *
 
 // putMultipart hashes the file part by part and uploads each part as soon as
 // its CRC32C is known, resuming an upload recorded in State if there is one.
-func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.File, f File, stamp fileStamp, partSize int64) (string, error) {
+// pre, when set, holds the hashes from an earlier read, which is not
+// repeated.
+func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.File, f File, stamp fileStamp, partSize int64, pre *digest) (string, error) {
 	up, held, err := u.openUpload(ctx, f, stamp, partSize)
 	if err != nil {
 		return "", err
@@ -194,7 +251,9 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 		off := int64(i) * partSize
 		size := min(partSize, stamp.Size-off)
 		var crc uint32
-		if err := u.hashRange(ctx, fh, off, size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
+		if pre != nil {
+			crc = pre.crcs[i]
+		} else if err := u.hashRange(ctx, fh, off, size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
 			pg.Wait()
 			return "", err
 		}
@@ -245,6 +304,9 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	}
 	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, parts); err != nil {
 		return "", fmt.Errorf("complete multipart upload: %w", err)
+	}
+	if pre != nil {
+		return pre.blake3, nil
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/zeebo/blake3"
@@ -37,6 +38,14 @@ type PushOptions struct {
 	// Blobs are small files held in memory rather than read from disk (a
 	// framework's "latest" pointer as it read for this step).
 	Blobs []Blob
+	// Nodes is the number of nodes of the job and NodeRank this node's
+	// (0..Nodes-1). With more than one node, the push writes this node's
+	// part manifest and the step is committed once every node's part is
+	// there (manifest.CommitNodePart); 0 or 1 commits the manifest directly.
+	Nodes, NodeRank int
+	// NoDedup uploads every file, even one unchanged since the previous
+	// committed step.
+	NoDedup bool
 }
 
 // Blob is a small in-memory file pushed with a step.
@@ -47,11 +56,20 @@ type Blob struct {
 
 // PushResult reports what a push did.
 type PushResult struct {
+	// Manifest is the step's committed manifest; nil when Pending.
 	Manifest *manifest.Manifest
-	// Committed is false when the step was already committed with the
-	// same content, and nothing was uploaded.
+	// Committed is true when this push wrote the manifest. It is false when
+	// the step was already committed with the same content (nothing was
+	// uploaded), and while Pending.
 	Committed bool
-	Stats     Stats
+	// Pending is true when this node's part is durable and the step waits
+	// for other nodes' parts: the last node to finish commits it.
+	Pending bool
+	// Part is this node's part manifest (multi-node pushes only).
+	Part *manifest.Part
+	// PartsPresent is how many of the step's parts the node found.
+	PartsPresent int
+	Stats        Stats
 }
 
 // Push uploads a checkpoint step and commits its manifest last. A step that
@@ -59,6 +77,12 @@ type PushResult struct {
 // committed with different content fails with manifest.ErrConflict and
 // changes nothing. A push that fails or is killed resumes when run again with
 // the same arguments and state directory.
+//
+// Files whose path, size and BLAKE3 equal an entry of the previous committed
+// step reference that entry's object instead of being sent (unless NoDedup).
+// With Nodes > 1 the push commits this node's part and, if it completes the
+// set, the step; a node that re-runs a step whose part it already wrote
+// checks its files against it and completes the step if it can.
 func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	log := opts.Upload.Logger
 	if log == nil {
@@ -68,6 +92,11 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	if err := manifest.CheckStep(opts.Step); err != nil {
 		return PushResult{}, err
 	}
+	opts.Nodes = max(opts.Nodes, 1)
+	if opts.Nodes > manifest.MaxNodes || opts.NodeRank < 0 || opts.NodeRank >= opts.Nodes {
+		return PushResult{}, fmt.Errorf("push step %d: node rank %d of %d nodes: want 0 <= rank < nodes <= %d", opts.Step, opts.NodeRank, opts.Nodes, manifest.MaxNodes)
+	}
+	multi := opts.Nodes > 1
 	st := opts.Upload.Store
 	prev, err := manifest.Get(ctx, st, opts.Prefix, opts.Step)
 	switch {
@@ -76,8 +105,17 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	case !errors.Is(err, manifest.ErrNoCheckpoint):
 		return PushResult{}, fmt.Errorf("push step %d: check for a committed manifest: %w", opts.Step, err)
 	}
+	if multi {
+		part, err := manifest.GetPart(ctx, st, opts.Prefix, opts.Step, opts.Nodes, opts.NodeRank)
+		switch {
+		case err == nil:
+			return pushPartWritten(ctx, opts, part)
+		case !errors.Is(err, manifest.ErrNoPart):
+			return PushResult{}, fmt.Errorf("push step %d: check for this node's part: %w", opts.Step, err)
+		}
+	}
 
-	owner := stateOwner(opts.Location, opts.Step)
+	owner := stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)
 	var state *State
 	if opts.StateDir != "" {
 		if state, err = OpenState(statePath(opts.StateDir, owner), owner, NewAttempt); err != nil {
@@ -91,17 +129,27 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	if state != nil {
 		attempt = state.Attempt()
 	}
+	var reuse map[string]manifest.File
+	if !opts.NoDedup {
+		if reuse, err = previousFiles(ctx, opts); err != nil {
+			return PushResult{}, err
+		}
+	}
 	files := make([]File, len(opts.Tree.Files))
 	for i, f := range opts.Tree.Files {
 		files[i] = File{LocalPath: f.LocalPath, RelPath: f.RelPath, Key: manifest.DataKey(opts.Prefix, opts.Step, attempt, f.RelPath)}
 		if opts.Rank != nil {
 			files[i].Rank = opts.Rank(f.RelPath)
 		}
+		if old, ok := reuse[f.RelPath]; ok && old.Size == f.Size {
+			files[i].Reuse = &old
+		}
 	}
 	uopts := opts.Upload
 	uopts.State = state
 	up := New(uopts)
-	log.Info("pushing step", zap.Int64("step", opts.Step), zap.Int("files", len(files)), zap.String("attempt", attempt))
+	log.Info("pushing step", zap.Int64("step", opts.Step), zap.Int("files", len(files)), zap.String("attempt", attempt),
+		zap.Int("node_rank", opts.NodeRank), zap.Int("nodes", opts.Nodes))
 	entries, err := up.Upload(ctx, files)
 	if err != nil {
 		return PushResult{Stats: up.Stats()}, fmt.Errorf("push step %d: %w", opts.Step, err)
@@ -113,23 +161,17 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		}
 		entries = append(entries, f)
 	}
-	m := &manifest.Manifest{
-		Format:   manifest.FormatVersion,
-		Step:     opts.Step,
-		Created:  time.Now().UTC().Truncate(time.Millisecond),
-		Files:    entries,
-		Symlinks: opts.Tree.Symlinks,
-	}
-	existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
-	if err != nil && !errors.Is(err, manifest.ErrConflict) {
+	res, referenced, err := commitStep(ctx, opts, entries)
+	res.Stats = up.Stats()
+	if err != nil && !errors.Is(err, manifest.ErrConflict) && !errors.Is(err, manifest.ErrPartConflict) {
 		// Unknown outcome (e.g. the connection broke after the write): keep
 		// the state so that a re-run finds the manifest or commits it.
-		return PushResult{Stats: up.Stats()}, fmt.Errorf("push step %d: %w", opts.Step, err)
+		return res, fmt.Errorf("push step %d: %w", opts.Step, err)
 	}
-	if !committed {
-		// Another push committed this step first; our objects are not
-		// referenced by anything, so remove them.
-		deleteObjects(ctx, st, entries, log)
+	if !referenced {
+		// Another push wrote this step (or this node's part) first; the
+		// objects of this attempt are not referenced by anything.
+		deleteAttempt(ctx, st, manifest.DataKey(opts.Prefix, opts.Step, attempt, ""), entries, log)
 	}
 	if state != nil {
 		if derr := state.Delete(); derr != nil {
@@ -137,12 +179,88 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		}
 	}
 	if err != nil {
-		return PushResult{Manifest: existing, Stats: up.Stats()}, fmt.Errorf("push step %d: %w", opts.Step, err)
+		return res, fmt.Errorf("push step %d: %w", opts.Step, err)
 	}
-	return PushResult{Manifest: existing, Committed: committed, Stats: up.Stats()}, nil
+	return res, nil
 }
 
-func stateOwner(location string, step int64) string {
+// commitStep commits the uploaded entries: the manifest itself for one
+// node, this node's part (and the step, if complete) for several. It
+// reports whether the entries' objects ended up referenced.
+func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File) (PushResult, bool, error) {
+	st := opts.Upload.Store
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if opts.Nodes <= 1 {
+		m := &manifest.Manifest{
+			Format:   manifest.FormatVersion,
+			Step:     opts.Step,
+			Created:  now,
+			Files:    entries,
+			Symlinks: opts.Tree.Symlinks,
+		}
+		existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
+		return PushResult{Manifest: existing, Committed: committed}, committed, err
+	}
+	part := &manifest.Part{
+		Format:   manifest.FormatVersion,
+		Step:     opts.Step,
+		NodeRank: opts.NodeRank,
+		Nodes:    opts.Nodes,
+		Created:  now,
+		Files:    entries,
+		Symlinks: opts.Tree.Symlinks,
+	}
+	nc, err := manifest.CommitNodePart(ctx, st, opts.Prefix, part)
+	res := PushResult{Manifest: nc.Manifest, Committed: nc.Committed, Part: nc.Part, PartsPresent: nc.Present}
+	res.Pending = err == nil && nc.Manifest == nil
+	if err == nil {
+		logNodeCommit(opts, res)
+	}
+	// With an error after the part was written, the part references the
+	// objects: keep them.
+	return res, nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, manifest.ErrPartConflict)), err
+}
+
+func logNodeCommit(opts PushOptions, res PushResult) {
+	log := opts.Upload.Logger
+	switch {
+	case res.Committed:
+		log.Info("all nodes' parts present; committed the step", zap.Int64("step", opts.Step), zap.Int("nodes", opts.Nodes))
+	case res.Pending:
+		log.Info("node part durable; the step commits when every node's part is there",
+			zap.Int64("step", opts.Step), zap.Int("node_rank", opts.NodeRank), zap.Int("parts_present", res.PartsPresent), zap.Int("nodes", opts.Nodes))
+	}
+}
+
+// previousFiles indexes the previous committed step's files by path, for
+// deduplication: one LIST and one GET. A previous manifest that cannot be
+// read only disables deduplication.
+func previousFiles(ctx context.Context, opts PushOptions) (map[string]manifest.File, error) {
+	st, log := opts.Upload.Store, opts.Upload.Logger
+	step, err := manifest.PreviousStep(ctx, st, opts.Prefix, opts.Step)
+	if err == nil {
+		var m *manifest.Manifest
+		if m, err = manifest.Get(ctx, st, opts.Prefix, step); err == nil {
+			out := make(map[string]manifest.File, len(m.Files))
+			for _, f := range m.Files {
+				out[f.Path] = f
+			}
+			return out, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("push step %d: %w", opts.Step, ctx.Err())
+	}
+	if !errors.Is(err, manifest.ErrNoCheckpoint) {
+		log.Warn("cannot read the previous step's manifest; uploading every file", zap.Int64("step", opts.Step), zap.Error(err))
+	}
+	return nil, nil
+}
+
+func stateOwner(location string, step int64, nodes, nodeRank int) string {
+	if nodes > 1 {
+		return fmt.Sprintf("%s step %d node %d of %d", location, step, nodeRank, nodes)
+	}
 	return fmt.Sprintf("%s step %d", location, step)
 }
 
@@ -157,10 +275,16 @@ func statePath(dir, owner string) string {
 // The agent calls it when the trainer deletes a step before it is durable.
 // It must not be called for a step that may still be committed.
 func Abandon(ctx context.Context, st store.Store, stateDir, location, prefix string, step int64, log *zap.Logger) error {
+	return AbandonNode(ctx, st, stateDir, location, prefix, step, 1, 0, log)
+}
+
+// AbandonNode is Abandon for node nodeRank of an N-node job, whose upload
+// state is kept apart from other nodes' sharing the state directory.
+func AbandonNode(ctx context.Context, st store.Store, stateDir, location, prefix string, step int64, nodes, nodeRank int, log *zap.Logger) error {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	owner := stateOwner(location, step)
+	owner := stateOwner(location, step, nodes, nodeRank)
 	path := statePath(stateDir, owner)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -188,8 +312,53 @@ func Abandon(ctx context.Context, st store.Store, stateDir, location, prefix str
 }
 
 // pushCommitted handles a push of a step that is already committed: it
-// hashes the local files and compares, uploading nothing.
+// hashes the local files and compares, uploading nothing. A node of a
+// multi-node job checks that its files are among the step's.
 func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifest) (PushResult, error) {
+	local, stats, err := hashLocal(ctx, opts)
+	if err != nil {
+		return PushResult{}, err
+	}
+	same := manifest.SameContent(prev, local)
+	if opts.Nodes > 1 {
+		same = manifest.Contains(prev, local)
+	}
+	if !same {
+		return PushResult{Manifest: prev, Stats: stats}, fmt.Errorf("push step %d: %w (compare with `ferry show --step %d`)", opts.Step, manifest.ErrConflict, opts.Step)
+	}
+	return PushResult{Manifest: prev, Committed: false, Stats: stats}, nil
+}
+
+// pushPartWritten handles a node re-running a step whose part it already
+// wrote (it stopped before the step was committed): it checks its files
+// against the part and commits the step if every part is now there.
+func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part) (PushResult, error) {
+	local, stats, err := hashLocal(ctx, opts)
+	if err != nil {
+		return PushResult{}, err
+	}
+	stored := &manifest.Manifest{Step: part.Step, Files: part.Files, Symlinks: part.Symlinks}
+	if !manifest.SameContent(stored, local) {
+		return PushResult{Part: part, Stats: stats}, fmt.Errorf("push step %d: node %d of %d: %w (its files changed since it pushed them)",
+			opts.Step, opts.NodeRank, opts.Nodes, manifest.ErrPartConflict)
+	}
+	if opts.StateDir != "" {
+		// A state file left by a run killed between the part and its
+		// removal: every upload it records is complete and referenced.
+		_ = os.Remove(statePath(opts.StateDir, stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)))
+	}
+	m, committed, present, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, opts.Step, opts.Nodes)
+	res := PushResult{Manifest: m, Committed: committed, Pending: err == nil && m == nil, Part: part, PartsPresent: present, Stats: stats}
+	if err != nil {
+		return res, fmt.Errorf("push step %d: %w", opts.Step, err)
+	}
+	logNodeCommit(opts, res)
+	return res, nil
+}
+
+// hashLocal describes the local files as a manifest (paths, sizes, hashes,
+// symlinks), reading every file once.
+func hashLocal(ctx context.Context, opts PushOptions) (*manifest.Manifest, Stats, error) {
 	local := &manifest.Manifest{Step: opts.Step, Symlinks: opts.Tree.Symlinks}
 	for _, b := range opts.Blobs {
 		sum := blake3.Sum256(b.Data)
@@ -199,16 +368,12 @@ func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifes
 	for _, f := range opts.Tree.Files {
 		sum, n, err := HashFile(ctx, f.LocalPath)
 		if err != nil {
-			return PushResult{}, fmt.Errorf("push step %d: hash %s: %w", opts.Step, f.RelPath, err)
+			return nil, Stats{}, fmt.Errorf("push step %d: hash %s: %w", opts.Step, f.RelPath, err)
 		}
 		hashed += n
 		local.Files = append(local.Files, manifest.File{Path: f.RelPath, Size: n, BLAKE3: sum})
 	}
-	stats := Stats{BytesHashed: hashed}
-	if !manifest.SameContent(prev, local) {
-		return PushResult{Manifest: prev, Stats: stats}, fmt.Errorf("push step %d: %w (compare with `ferry show --step %d`)", opts.Step, manifest.ErrConflict, opts.Step)
-	}
-	return PushResult{Manifest: prev, Committed: false, Stats: stats}, nil
+	return local, Stats{BytesHashed: hashed}, nil
 }
 
 // putBlob writes an in-memory file with one PUT.
@@ -220,8 +385,13 @@ func putBlob(ctx context.Context, st store.Store, key string, b Blob) (manifest.
 	return manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:]), Key: key}, nil
 }
 
-func deleteObjects(ctx context.Context, st store.Store, files []manifest.File, log *zap.Logger) {
+// deleteAttempt deletes the objects one push attempt wrote (keys under
+// attemptPrefix), never an earlier step's object an entry references.
+func deleteAttempt(ctx context.Context, st store.Store, attemptPrefix string, files []manifest.File, log *zap.Logger) {
 	for _, f := range files {
+		if !strings.HasPrefix(f.Key, attemptPrefix) {
+			continue
+		}
 		if err := st.Delete(ctx, f.Key); err != nil {
 			log.Warn("could not delete an unreferenced object", zap.String("key", f.Key), zap.Error(err))
 		}
