@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -170,5 +171,39 @@ func TestRunIdleDoesNothing(t *testing.T) {
 	time.Sleep(time.Second)
 	if got := w.evals.Load(); got != n {
 		t.Errorf("%d evaluations while idle", got-n)
+	}
+}
+
+func TestRunRenamedFolderIsWatched(t *testing.T) {
+	dir := t.TempDir()
+	opts := runOpts(dir, "hf")
+	opts.Rescan = time.Hour // events alone must do it
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	// Written under a temporary name, then renamed into place (as some
+	// Trainer versions and Orbax do).
+	write(t, dir, "tmp-checkpoint-7/model.safetensors", "m")
+	write(t, dir, "tmp-checkpoint-7/trainer_state.json", "{}")
+	// Step 3, written after, completing shows the watcher has seen and
+	// watched the temporary folder before it is renamed.
+	write(t, dir, "checkpoint-3/model.safetensors", "m")
+	write(t, dir, "checkpoint-3/trainer_state.json", "{}")
+	r.expect(Complete, 3)
+	if err := os.Rename(filepath.Join(dir, "tmp-checkpoint-7"), filepath.Join(dir, "checkpoint-7")); err != nil {
+		t.Fatal(err)
+	}
+	ev := r.expect(Complete, 7)
+	if len(ev.Step.Files) != 2 || ev.Step.Files[0].RelPath != "checkpoint-7/model.safetensors" {
+		t.Errorf("files %v", ev.Step.Files)
+	}
+	// The renamed folder must still be watched: a late file is seen.
+	write(t, dir, "checkpoint-7/rng_state.pth", "late")
+	ev = r.expect(Deleted, 7)
+	if !errors.Is(ev.Err, ErrChanged) {
+		t.Errorf("err %v, want ErrChanged", ev.Err)
+	}
+	ev = r.expect(Complete, 7)
+	if len(ev.Step.Files) != 3 {
+		t.Errorf("files %v", ev.Step.Files)
 	}
 }
