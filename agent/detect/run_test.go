@@ -1,9 +1,11 @@
 package detect
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,5 +207,37 @@ func TestRunRenamedFolderIsWatched(t *testing.T) {
 	ev = r.expect(Complete, 7)
 	if len(ev.Step.Files) != 3 {
 		t.Errorf("files %v", ev.Step.Files)
+	}
+}
+
+func TestRunEndsWhenTheFolderDisappears(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "ckpt")
+	write(t, dir, "checkpoint-1/trainer_state.json", "{}")
+	w := newWatcher(t, runOpts(dir, "hf"))
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan Event, 10)
+	done := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		done <- w.Run(ctx, events)
+	}()
+	defer wg.Wait()
+	defer cancel()
+	if ev := <-events; ev.Kind != Complete {
+		t.Fatalf("event %v", ev)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "disappeared") {
+			t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not end")
 	}
 }

@@ -222,9 +222,6 @@ func (l *loop) applyEvents() error {
 	for p := range dirty {
 		l.w.tree.refresh(p, l.w.watchDir)
 	}
-	if _, ok := l.w.tree.Get(""); !ok {
-		return fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)
-	}
 	return l.evaluate(dirty)
 }
 
@@ -251,6 +248,11 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 	l.w.applyForgets()
 	now := time.Now()
 	l.w.refreshDue(now)
+	if _, ok := l.w.tree.Get(""); !ok {
+		// Not reported as every step being deleted: the trainer's
+		// folder vanishing is an operator's problem to look at.
+		return fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)
+	}
 	events, next := l.w.evaluate(now, touched)
 	for _, ev := range events {
 		select {
