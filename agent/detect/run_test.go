@@ -226,8 +226,13 @@ func TestRunEndsWhenTheFolderDisappears(t *testing.T) {
 	}()
 	defer wg.Wait()
 	defer cancel()
-	if ev := <-events; ev.Kind != Complete {
-		t.Fatalf("event %v", ev)
+	select {
+	case ev := <-events:
+		if ev.Kind != Complete {
+			t.Fatalf("event %v", ev)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no event")
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
