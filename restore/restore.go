@@ -68,6 +68,10 @@ type Options struct {
 	// Ranks, when set, selects the ranked files to restore; files with a nil
 	// Rank are shared by all ranks and always restored, as are symlinks.
 	Ranks func(rank *int) bool
+	// Nodes, when positive, restores what node NodeRank of a Nodes-node job
+	// needs of the step, as SelectForNode decides from its manifest. It
+	// excludes Ranks.
+	Nodes, NodeRank int
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes verified so far (kept
@@ -90,6 +94,8 @@ type Result struct {
 	Bytes, BytesDownloaded int64
 	// Manifest is the manifest restored.
 	Manifest *manifest.Manifest
+	// Selection describes what was selected with Options.Nodes.
+	Selection *Selection
 }
 
 // Restore restores one committed step into opts.Dir. It returns an error
@@ -104,6 +110,9 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	}
 	if opts.Dir == "" {
 		return Result{}, errors.New("restore: no target directory")
+	}
+	if opts.Nodes > 0 && opts.Ranks != nil {
+		return Result{}, errors.New("restore: select ranks or a node, not both")
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
@@ -167,9 +176,21 @@ type restorer struct {
 
 func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (Result, error) {
 	res := Result{Step: m.Step, Manifest: m}
+	ranks := opts.Ranks
+	if opts.Nodes > 0 {
+		sel, err := SelectForNode(m, opts.Nodes, opts.NodeRank)
+		if err != nil {
+			return res, err
+		}
+		res.Selection = &sel
+		opts.Logger.Info("restoring what this node needs", zap.Int("node_rank", opts.NodeRank), zap.Int("nodes", opts.Nodes), zap.Stringer("selection", sel))
+		if !sel.All {
+			ranks = sel.Ranks.Filter()
+		}
+	}
 	var want func(manifest.File) bool
-	if opts.Ranks != nil {
-		want = func(f manifest.File) bool { return f.Rank == nil || opts.Ranks(f.Rank) }
+	if ranks != nil {
+		want = func(f manifest.File) bool { return f.Rank == nil || ranks(f.Rank) }
 	}
 	p, err := makePlan(m, opts.Dir, want)
 	if err != nil {
