@@ -178,3 +178,17 @@ func TestIsTempName(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{Dir: ".", Layout: "orbax"},
+		{Dir: ".", Layout: "flat", StepPattern: "("},
+		{Dir: ".", ExpectedRanks: -1},
+		{Dir: ".", CounterStart: -1},
+	} {
+		if _, err := New(o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+}

@@ -88,6 +88,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
 	}
+	if c.CounterStart < 0 {
+		return c, fmt.Errorf("detect: Options.CounterStart %d is negative", c.CounterStart)
+	}
 	if c.ExpectedRanks < 0 {
 		return c, fmt.Errorf("detect: Options.ExpectedRanks %d is negative", c.ExpectedRanks)
 	}
@@ -97,8 +100,7 @@ func (o *Options) withDefaults() (Options, error) {
 	return c, nil
 }
 
-// compileStepPattern checks that a pattern is a valid regular expression
-// with at most one capturing group that is used.
+// compileStepPattern compiles Options.StepPattern; nil when it is empty.
 func compileStepPattern(p string) (*regexp.Regexp, error) {
 	if p == "" {
 		return nil, nil
