@@ -1,0 +1,329 @@
+package prune
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// readers bounds the manifests read at once.
+const readers = 16
+
+// planner holds what MakePlan has read.
+type planner struct {
+	opts Options
+	now  time.Time
+	// keep is every object key that must stay: referenced by a kept
+	// manifest, a young tombstone or a live node part.
+	keep map[string]bool
+	// liveSteps are uncommitted steps with live node parts: everything
+	// under their data prefix stays.
+	liveSteps map[int64]bool
+	mu        sync.Mutex
+}
+
+// MakePlan reads the bucket and decides what to delete. It deletes nothing.
+// A manifest, tombstone or live part it cannot read fails the plan: its
+// references would be unknown.
+func MakePlan(ctx context.Context, opts Options) (*Plan, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	pl := &planner{opts: opts, now: opts.Now(), keep: map[string]bool{}, liveSteps: map[int64]bool{}}
+	p := &Plan{tombstoneData: map[string][]byte{}}
+	committed, err := pl.manifests(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := pl.tombstones(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := pl.parts(ctx, p, committed); err != nil {
+		return nil, err
+	}
+	if err := pl.objects(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := pl.uploads(ctx, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// manifests decides which committed steps stay, reads every manifest (the
+// pruned ones to copy into tombstones) and returns the committed steps and
+// whether each is kept.
+func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, error) {
+	st, prefix := pl.opts.Store, pl.opts.Prefix
+	steps, err := manifest.Steps(ctx, st, prefix, 0)
+	if err != nil {
+		return nil, fmt.Errorf("prune: %w", err)
+	}
+	committed := make(map[int64]bool, len(steps))
+	for i, s := range steps {
+		kept := pl.opts.Policy.Keeps(s, i)
+		committed[s] = kept
+		if kept {
+			p.Kept = append(p.Kept, s)
+		} else {
+			p.Pruned = append(p.Pruned, s)
+		}
+	}
+	// Pruned manifests' objects are protected by their new tombstones,
+	// unless the grace period is zero.
+	protectPruned := pl.opts.MinAge > 0
+	err = pl.each(ctx, steps, func(ctx context.Context, step int64) error {
+		key := manifest.ManifestKey(prefix, step)
+		data, err := readAll(ctx, st, key)
+		if err != nil {
+			return fmt.Errorf("prune: read manifest of step %d: %w", step, err)
+		}
+		m, err := manifest.DecodeBytes(data, prefix)
+		if err != nil {
+			return fmt.Errorf("prune: manifest of step %d (%s) is unreadable, so what it references is unknown; fix or remove it first: %w", step, key, err)
+		}
+		if committed[step] || protectPruned {
+			pl.reference(m.Files)
+		}
+		if !committed[step] && protectPruned {
+			pl.mu.Lock()
+			p.tombstoneData[manifest.PrunedKey(prefix, step)] = data
+			pl.mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range p.Pruned {
+		if protectPruned {
+			p.Tombstones = append(p.Tombstones, manifest.PrunedKey(prefix, s))
+		}
+		p.Manifests = append(p.Manifests, manifest.ManifestKey(prefix, s))
+	}
+	return committed, nil
+}
+
+// tombstones protects the objects of young tombstones and expires old ones.
+func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
+	st, prefix := pl.opts.Store, pl.opts.Prefix
+	var young []string
+	err := st.List(ctx, manifest.PrunedPrefix(prefix), "", 0, func(o store.ObjectInfo) error {
+		if _, ok := manifest.StepFromPrunedKey(prefix, o.Key); !ok {
+			return nil
+		}
+		if _, rewritten := p.tombstoneData[o.Key]; rewritten {
+			return nil // pruned again now (re-committed since): protected below
+		}
+		if pl.now.Sub(o.LastModified) >= pl.opts.MinAge {
+			p.ExpiredTombstones = append(p.ExpiredTombstones, o.Key)
+		} else {
+			young = append(young, o.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("prune: list tombstones: %w", err)
+	}
+	return pl.eachKey(ctx, young, func(ctx context.Context, key string) error {
+		data, err := readAll(ctx, st, key)
+		if errors.Is(err, store.ErrNotExist) {
+			return nil // expired by a concurrent prune
+		}
+		if err != nil {
+			return fmt.Errorf("prune: read tombstone %s: %w", key, err)
+		}
+		m, err := manifest.DecodeBytes(data, prefix)
+		if err != nil {
+			return fmt.Errorf("prune: tombstone %s is unreadable: %w", key, err)
+		}
+		pl.reference(m.Files)
+		return nil
+	})
+}
+
+// parts deletes the node parts of pruned steps and of steps never committed
+// whose parts are all older than AbandonedAfter, and protects what the
+// other uncommitted steps' parts reference.
+func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool) error {
+	st, prefix := pl.opts.Store, pl.opts.Prefix
+	type stepParts struct {
+		keys   []string
+		newest time.Time
+	}
+	byStep := map[int64]*stepParts{}
+	var order []int64
+	err := st.List(ctx, manifest.PartsPrefix(prefix), "", 0, func(o store.ObjectInfo) error {
+		step, _, _, ok := manifest.ParsePartKey(prefix, o.Key)
+		if !ok {
+			return nil
+		}
+		sp := byStep[step]
+		if sp == nil {
+			sp = &stepParts{}
+			byStep[step] = sp
+			order = append(order, step)
+		}
+		sp.keys = append(sp.keys, o.Key)
+		if o.LastModified.After(sp.newest) {
+			sp.newest = o.LastModified
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("prune: list node parts: %w", err)
+	}
+	var live []string
+	for _, step := range order {
+		sp := byStep[step]
+		kept, isCommitted := committed[step]
+		switch {
+		case isCommitted && kept:
+			// Audit trail of a kept step; its manifest references its objects.
+		case isCommitted:
+			p.Parts = append(p.Parts, sp.keys...)
+		case pl.now.Sub(sp.newest) >= pl.opts.AbandonedAfter:
+			p.Parts = append(p.Parts, sp.keys...)
+		default:
+			pl.liveSteps[step] = true
+			live = append(live, sp.keys...)
+		}
+	}
+	return pl.eachKey(ctx, live, func(ctx context.Context, key string) error {
+		data, err := readAll(ctx, st, key)
+		if errors.Is(err, store.ErrNotExist) {
+			return nil // its step was committed and pruned meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("prune: read node part %s: %w", key, err)
+		}
+		part, err := manifest.DecodePart(data, prefix)
+		if err != nil {
+			return fmt.Errorf("prune: node part %s is unreadable: %w", key, err)
+		}
+		pl.reference(part.Files)
+		return nil
+	})
+}
+
+// objects deletes data objects nothing needs that are older than MinAge.
+func (pl *planner) objects(ctx context.Context, p *Plan) error {
+	st, prefix := pl.opts.Store, pl.opts.Prefix
+	dp := manifest.DataPrefix(prefix)
+	err := st.List(ctx, dp, "", 0, func(o store.ObjectInfo) error {
+		if pl.keep[o.Key] || pl.now.Sub(o.LastModified) < pl.opts.MinAge {
+			return nil
+		}
+		if step, ok := stepOfDataKey(dp, o.Key); ok && pl.liveSteps[step] {
+			return nil
+		}
+		p.Objects = append(p.Objects, o.Key)
+		p.ObjectBytes += o.Size
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("prune: list objects under %s: %w", dp, err)
+	}
+	return nil
+}
+
+// uploads aborts multipart uploads initiated more than AbandonedAfter ago.
+func (pl *planner) uploads(ctx context.Context, p *Plan) error {
+	ups, err := pl.opts.Store.ListUploads(ctx, manifest.DataPrefix(pl.opts.Prefix))
+	if err != nil {
+		return fmt.Errorf("prune: list multipart uploads: %w", err)
+	}
+	for _, u := range ups {
+		if pl.now.Sub(u.Initiated) >= pl.opts.AbandonedAfter {
+			p.Uploads = append(p.Uploads, u)
+		}
+	}
+	sort.Slice(p.Uploads, func(i, j int) bool {
+		return p.Uploads[i].Key+"\x00"+p.Uploads[i].UploadID < p.Uploads[j].Key+"\x00"+p.Uploads[j].UploadID
+	})
+	return nil
+}
+
+// stepOfDataKey parses the step of a key data/<step>/<attempt>/<path>.
+func stepOfDataKey(dataPrefix, key string) (int64, bool) {
+	rest := strings.TrimPrefix(key, dataPrefix)
+	digits, _, ok := strings.Cut(rest, "/")
+	if !ok || len(digits) != 12 {
+		return 0, false
+	}
+	var step int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		step = step*10 + int64(c-'0')
+	}
+	return step, true
+}
+
+func (pl *planner) reference(files []manifest.File) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, f := range files {
+		pl.keep[f.Key] = true
+	}
+}
+
+// each runs fn for every step, a few at a time.
+func (pl *planner) each(ctx context.Context, steps []int64, fn func(context.Context, int64) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(readers)
+	for _, s := range steps {
+		g.Go(func() error { return fn(gctx, s) })
+	}
+	return g.Wait()
+}
+
+// eachKey runs fn for every key, a few at a time.
+func (pl *planner) eachKey(ctx context.Context, keys []string, fn func(context.Context, string) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(readers)
+	for _, k := range keys {
+		g.Go(func() error { return fn(gctx, k) })
+	}
+	return g.Wait()
+}
+
+func readAll(ctx context.Context, st store.Store, key string) ([]byte, error) {
+	rc, err := st.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	if _, err := io.Copy(&buf, io.LimitReader(rc, manifest.MaxManifestSize+1)); err != nil {
+		return nil, err
+	}
+	if buf.Len() > manifest.MaxManifestSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes", key, manifest.MaxManifestSize)
+	}
+	return buf.Bytes(), nil
+}
+
+// logPlan logs a summary of a plan.
+func logPlan(log *zap.Logger, p *Plan, dryRun bool) {
+	msg := "pruning"
+	if dryRun {
+		msg = "prune plan (dry run)"
+	}
+	log.Info(msg, zap.Int64s("kept_steps", p.Kept), zap.Int64s("pruned_steps", p.Pruned),
+		zap.Int("objects", len(p.Objects)), zap.Int64("object_bytes", p.ObjectBytes),
+		zap.Int("parts", len(p.Parts)), zap.Int("expired_tombstones", len(p.ExpiredTombstones)), zap.Int("uploads", len(p.Uploads)))
+}

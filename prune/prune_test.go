@@ -1,0 +1,265 @@
+package prune
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/restore"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+const prefix = "run"
+
+func write(t *testing.T, path string, size int, seed int64) {
+	t.Helper()
+	data := make([]byte, size)
+	rand.New(rand.NewSource(seed)).Read(data)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pushDir(t *testing.T, st store.Store, dir string, step int64, mod func(*uploader.PushOptions)) uploader.PushResult {
+	t.Helper()
+	tree, err := uploader.Scan([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := uploader.PushOptions{Upload: uploader.Options{Store: st}, Location: "s3://b/run", Prefix: prefix, Step: step, Tree: tree}
+	if mod != nil {
+		mod(&opts)
+	}
+	res, err := uploader.Push(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("push step %d: %v", step, err)
+	}
+	return res
+}
+
+// history pushes steps 10..50 of a checkpoint with a frozen file (deduped
+// across steps) and one that changes every step.
+func history(t *testing.T, st store.Store) string {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "frozen.bin"), 1000, 1)
+	for i := int64(1); i <= 5; i++ {
+		write(t, filepath.Join(dir, "weights.bin"), 500, 100+i)
+		pushDir(t, st, dir, 10*i, nil)
+	}
+	return dir
+}
+
+func verifyRestores(t *testing.T, st store.Store, steps ...int64) {
+	t.Helper()
+	for _, s := range steps {
+		if _, err := restore.Restore(context.Background(), restore.Options{Store: st, Prefix: prefix, Dir: t.TempDir(), Step: s}); err != nil {
+			t.Errorf("restore step %d after prune: %v", s, err)
+		}
+	}
+}
+
+func steps(t *testing.T, st store.Store) []int64 {
+	t.Helper()
+	s, err := manifest.Steps(context.Background(), st, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestPrunePolicyDryRunEqualsRun(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	history(t, mem)
+	opts := Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 2, KeepEvery: 20}, MinAge: -1}
+	before := mem.Objects()
+	dry, err := MakePlan(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(mem.Objects(), before) {
+		t.Fatal("planning changed the bucket")
+	}
+	if !slices.Equal(dry.Kept, []int64{50, 40, 20}) || !slices.Equal(dry.Pruned, []int64{30, 10}) {
+		t.Fatalf("kept %v pruned %v", dry.Kept, dry.Pruned)
+	}
+	// Step 10's weights and step 30's weights go; the frozen file (step
+	// 10's object, referenced by every step) stays.
+	if len(dry.Objects) != 2 {
+		t.Fatalf("objects to delete: %v", dry.Objects)
+	}
+	done, err := Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dry.Deleted(), done.Deleted()) {
+		t.Fatalf("dry run %v\nreal run %v", dry.Deleted(), done.Deleted())
+	}
+	var gone []string
+	after := mem.Objects()
+	for _, k := range before {
+		if !slices.Contains(after, k) {
+			gone = append(gone, k)
+		}
+	}
+	if !slices.Equal(gone, sorted(done.Deleted())) {
+		t.Fatalf("deleted %v, plan said %v", gone, done.Deleted())
+	}
+	if !slices.Equal(steps(t, mem), []int64{50, 40, 20}) {
+		t.Fatalf("steps after prune: %v", steps(t, mem))
+	}
+	verifyRestores(t, mem, 50, 40, 20)
+	// Nothing left to do.
+	again, err := MakePlan(ctx, opts)
+	if err != nil || len(again.Deleted()) != 0 {
+		t.Fatalf("second plan: %v %v", again.Deleted(), err)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// TestPruneGrace: with the default grace, a pruned manifest's objects stay
+// (its tombstone protects them) until the tombstone is older than MinAge;
+// unreferenced objects of an upload in flight stay until they are.
+func TestPruneGrace(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	history(t, mem)
+	// An upload in flight: an object written, no manifest yet.
+	inflight := manifest.DataKey(prefix, 60, "att", "weights.bin")
+	if _, err := mem.Put(ctx, inflight, bytes.NewReader([]byte("x")), 1, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	opts := Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 1}, Now: func() time.Time { return now }}
+	p, err := Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Pruned) != 4 || len(p.Objects) != 0 || len(p.Tombstones) != 4 {
+		t.Fatalf("first prune: %+v", p)
+	}
+	// The pruned steps still restore from their tombstones' objects.
+	m, _ := manifest.Get(ctx, mem, prefix, 50)
+	for _, f := range m.Files {
+		if _, err := mem.Head(ctx, f.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(DefaultMinAge + time.Minute)
+	p, err = Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Steps 10..40's weights and the in-flight object, now stale.
+	if len(p.Objects) != 5 || !slices.Contains(p.Objects, inflight) || len(p.ExpiredTombstones) != 4 {
+		t.Fatalf("second prune: objects %v tombstones %v", p.Objects, p.ExpiredTombstones)
+	}
+	verifyRestores(t, mem, 50)
+}
+
+// TestPruneDuringDedupPush: a push of step 60 reads step 50's manifest to
+// deduplicate; before it commits, step 70 (other content) is committed and
+// a keep-last-1 prune removes step 50. Step 60 must still commit whole.
+func TestPruneDuringDedupPush(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	dir := history(t, mem)
+	other := t.TempDir()
+	write(t, filepath.Join(other, "frozen.bin"), 1000, 2)
+	write(t, filepath.Join(other, "weights.bin"), 500, 3)
+	var once bool
+	st := &store.Faulty{Inner: mem, Before: func(op, key string) error {
+		if op == "Put" && key == manifest.ManifestKey(prefix, 60) && !once {
+			once = true
+			pushDir(t, mem, other, 70, func(o *uploader.PushOptions) { o.NoDedup = true })
+			if _, err := Prune(ctx, Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 1}}); err != nil {
+				return err
+			}
+			if got := steps(t, mem); !slices.Equal(got, []int64{70}) {
+				return fmt.Errorf("steps after prune: %v", got)
+			}
+		}
+		return nil
+	}}
+	res := pushDir(t, st, dir, 60, nil)
+	if res.Stats.DedupFiles != 2 {
+		t.Fatalf("push of step 60 deduplicated %d files, want 2", res.Stats.DedupFiles)
+	}
+	verifyRestores(t, mem, 60, 70)
+}
+
+func TestPruneNodePartsAndUploads(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	history(t, mem)
+	// Node 0 of 2 wrote its part of step 60; node 1 never did.
+	node0 := t.TempDir()
+	write(t, filepath.Join(node0, "rank0.pt"), 300, 9)
+	res := pushDir(t, mem, node0, 60, func(o *uploader.PushOptions) { o.Nodes, o.NodeRank = 2, 0 })
+	if !res.Pending {
+		t.Fatal("step 60 committed with one node of two")
+	}
+	// Node 1's object, uploaded but its part not written yet.
+	node1obj := manifest.DataKey(prefix, 60, "n1", "rank1.pt")
+	if _, err := mem.Put(ctx, node1obj, bytes.NewReader([]byte("y")), 1, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.CreateMultipart(ctx, manifest.DataKey(prefix, 60, "n1", "big.pt")); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(2 * DefaultMinAge)
+	opts := Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 5}, Now: func() time.Time { return now }}
+	p, err := MakePlan(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Objects) != 0 || len(p.Parts) != 0 || len(p.Uploads) != 0 {
+		t.Fatalf("an uncommitted step's files were planned for deletion past the grace: %+v", p)
+	}
+	now = time.Now().Add(DefaultAbandonedAfter + time.Hour)
+	p, err = Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Parts) != 1 || len(p.Uploads) != 1 || len(p.Objects) != 2 || !slices.Contains(p.Objects, node1obj) {
+		t.Fatalf("abandoned step: parts %v uploads %v objects %v", p.Parts, p.Uploads, p.Objects)
+	}
+	if ups, _ := mem.ListUploads(ctx, ""); len(ups) != 0 {
+		t.Fatalf("uploads left: %v", ups)
+	}
+	verifyRestores(t, mem, 10, 20, 30, 40, 50)
+}
+
+func TestPruneRefusesUnreadableManifest(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	history(t, mem)
+	key := manifest.ManifestKey(prefix, 10)
+	if _, err := mem.Put(ctx, key, bytes.NewReader([]byte("{")), 1, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := mem.Objects()
+	_, err := Prune(ctx, Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 1}, MinAge: -1})
+	if err == nil || !slices.Equal(before, mem.Objects()) {
+		t.Fatalf("prune with an unreadable manifest: %v", err)
+	}
+	if _, err := Prune(ctx, Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 0}}); err == nil {
+		t.Fatal("keep-last 0 accepted")
+	}
+}
