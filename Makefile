@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOTEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build tools test unit demo lint fmt clean
+.PHONY: all build tools test unit demo e2e lint fmt clean
 
 all: build
 
@@ -38,6 +38,13 @@ unit:
 ## demo: local S3 server, a simulated 2-rank training job, push/agent, restore, verify
 demo: build tools
 	@VERSITYGW=$(VERSITYGW) FERRY=$(BIN)/ferry TRAINSIM=$(BIN)/ferry-trainsim ./scripts/demo.sh
+
+## e2e: a real PyTorch job (Debian's python3-torch) killed mid-save, restored
+## on an empty directory and resumed bit-exact (examples/resume)
+E2E_PYTHON  ?= /usr/bin/python3
+e2e: build tools
+	@$(E2E_PYTHON) -c 'import torch' 2>/dev/null || { echo "make e2e needs Debian's python3-torch: apt-get install -y python3-torch"; exit 1; }
+	VERSITYGW=$(VERSITYGW) FERRY=$(BIN)/ferry PYTHON=$(E2E_PYTHON) timeout 300 ./examples/resume/scenario.sh
 
 ## lint: gofmt, go vet, staticcheck
 lint: $(STATICCHECK)
