@@ -22,6 +22,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 train=("$PYTHON" "$here/train.py" --steps "$STEPS" --save-every "$EVERY" --nprocs "$RANKS")
 check=("$PYTHON" "$here/check.py")
 
+die() { echo "FAIL: $*" >&2; exit 1; }
+"$PYTHON" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null ||
+	die "$PYTHON has no torch: apt-get install -y python3-torch"
+
 work=$(mktemp -d -t ferry-e2e.XXXXXX)
 server_pid="" job_pgid="" agent_pid=""
 started=$SECONDS
@@ -58,9 +62,6 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== [%3ds] %s\033[0m\n' "$((SECONDS - started))" "$*"; }
-die() { echo "FAIL: $*" >&2; exit 1; }
-
-"$PYTHON" -c 'import torch' 2>/dev/null || die "$PYTHON cannot import torch: apt-get install -y python3-torch"
 
 say "Local S3 server (versitygw) on loopback"
 port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -86,24 +87,16 @@ grep -h 'weights sha256' "$work/run1.log" | sed 's/^/  /'
 say "2. Same job with ferry watching; SIGKILL while a checkpoint is being written"
 ckpt_b=$work/b/ckpt
 mkdir -p "$ckpt_b"
-# FERRY_E2E_AGENT: auto (the agent when this ferry has it), 1 (require it)
-# or 0 (the push stand-in below).
-use_agent=${FERRY_E2E_AGENT:-auto}
-have_agent=0
-if "$FERRY" agent --help >/dev/null 2>&1; then have_agent=1; fi
-case "$use_agent" in
-auto) use_agent=$have_agent ;;
-1) [ "$have_agent" = 1 ] || die "FERRY_E2E_AGENT=1 but $FERRY has no agent command" ;;
-esac
-
+"$FERRY" agent --help >/dev/null 2>&1 || die "$FERRY has no agent command"
 # Composer single-file checkpoints carry no marker: tell the agent how many
 # ranks save here so that a rank whose file is not there yet holds the step.
+# AGENT_FLAGS adds flags, to see the checks bite: with --no-marker the
+# agent trusts the settle window alone and commits the half-written step.
+# shellcheck disable=SC2206 # word splitting wanted
 agent=("$FERRY" agent --to "$remote" --layout composer --expected-ranks "$RANKS" --settle 1s
-	--metrics-addr off --drain-timeout 30s)
-if [ "$use_agent" = 1 ]; then # ---- the agent watches while the job runs
-	"${agent[@]}" --watch "$ckpt_b" --state-dir "$work/state-b" >"$work/agent-b.log" 2>&1 &
-	agent_pid=$!
-fi
+	--metrics-addr off --drain-timeout 30s ${AGENT_FLAGS:-})
+"${agent[@]}" --watch "$ckpt_b" --state-dir "$work/state-b" >"$work/agent-b.log" 2>&1 &
+agent_pid=$!
 
 # setsid: the job (launcher and both ranks) gets its own process group,
 # which is what we kill.
@@ -137,27 +130,9 @@ ls -l "$ckpt_b" | sed 's/^/  /'
 echo "  the files of step $killed_at as the kill left them:"
 "${check[@]}" half-written "$ckpt_b" "$killed_at" "$RANKS" || die "every rank's file of step $killed_at loads: the kill did not land mid-write"
 
-if [ "$use_agent" = 1 ]; then # ---- the agent commits what is complete, then stops
-	say "ferry flush: wait until every complete step is committed; then stop the agent"
-	"$FERRY" flush --timeout 2m --state-dir "$work/state-b" | sed 's/^/  /' || die "ferry flush failed (see agent-b.log)"
-	stop_agent
-else # ---- STAND-IN until `ferry agent` exists: push each complete step by hand
-	say "STAND-IN for ferry agent (not built yet): ferry push of each complete step"
-	# Complete = every rank's latest link names this step or a later one, the
-	# rule the agent's composer layout applies.
-	for f in "$ckpt_b"/ep*-ba*-rank0.pt; do
-		s=$(basename "$f" | sed -E 's/^ep[0-9]+-ba([0-9]+)-rank0\.pt$/\1/')
-		[ "$s" -le "$done_at" ] || { echo "  step $s: incomplete, not pushed"; continue; }
-		stage=$work/stage/$s
-		mkdir -p "$stage"
-		for r in $(seq 0 $((RANKS - 1))); do
-			name=$(basename "$ckpt_b"/ep*-ba"$s"-rank"$r".pt)
-			ln "$ckpt_b/$name" "$stage/$name"
-			ln -s "$name" "$stage/latest-rank$r.pt"
-		done
-		"$FERRY" push --quiet --to "$remote" --step "$s" --part-size 5MiB --state-dir "$work/state-b" "$stage" | sed 's/^/  /'
-	done
-fi
+say "ferry flush: wait until the agent has committed every complete step; then stop it"
+"$FERRY" flush --timeout 2m --state-dir "$work/state-b" | sed 's/^/  /' || die "ferry flush failed (see agent-b.log)"
+stop_agent
 
 say "What is committed"
 "$FERRY" list --from "$remote" | sed 's/^/  /'
@@ -186,27 +161,23 @@ say "3. New node: empty directory, ferry restore, relaunch with --resume (the RE
 ckpt_c=$work/c/ckpt # does not exist yet: nothing local survives
 "$FERRY" restore --quiet --from "$remote" --to "$ckpt_c" --allow-empty | sed 's/^/  /'
 mkdir -p "$ckpt_c"
-if [ "$use_agent" = 1 ]; then # ---- the new node's agent, with a fresh state dir
-	"${agent[@]}" --watch "$ckpt_c" --state-dir "$work/state-c" >"$work/agent-c.log" 2>&1 &
-	agent_pid=$!
-fi
+"${agent[@]}" --watch "$ckpt_c" --state-dir "$work/state-c" >"$work/agent-c.log" 2>&1 & # fresh state too
+agent_pid=$!
 timeout 120 "${train[@]}" --resume "$ckpt_c" --save-dir "$ckpt_c" --log-dir "$work/c/log" >"$work/run3.log" 2>&1 ||
 	die "run 3 failed (see run3.log)"
 grep -h 'resumed from\|weights sha256' "$work/run3.log" | sed 's/^/  /'
-if [ "$use_agent" = 1 ]; then
-	"$FERRY" flush --timeout 2m --state-dir "$work/state-c" | sed 's/^/  /' || die "ferry flush on the new node failed (see agent-c.log)"
-	stop_agent
-	last=$("$FERRY" list --from "$remote" --json | "$PYTHON" -c 'import json,sys; print(max(r["step"] for r in json.load(sys.stdin)))')
-	[ "$last" = "$STEPS" ] || die "after the new node's flush the latest committed step is $last, want $STEPS"
-	"$FERRY" restore --quiet --from "$remote" --to "$work/verify/final" >/dev/null
-	final=()
-	for f in "$work/verify/final"/ep*.pt; do
-		cmp -s "$f" "$ckpt_c/$(basename "$f")" || die "restored $(basename "$f") differs from what the new node wrote"
-		final+=("$(basename "$f")")
-	done
-	echo "  the new node's agent committed step $STEPS; restored, it is byte for byte what the new node wrote"
-	"${check[@]}" same-content "$work/a/ckpt" "$work/verify/final" "${final[@]}"
-fi
+"$FERRY" flush --timeout 2m --state-dir "$work/state-c" | sed 's/^/  /' || die "ferry flush on the new node failed (see agent-c.log)"
+stop_agent
+last=$("$FERRY" list --from "$remote" --json | "$PYTHON" -c 'import json,sys; print(max(r["step"] for r in json.load(sys.stdin)))')
+[ "$last" = "$STEPS" ] || die "after the new node's flush the latest committed step is $last, want $STEPS"
+"$FERRY" restore --quiet --from "$remote" --to "$work/verify/final" >/dev/null
+final=()
+for f in "$work/verify/final"/ep*.pt; do
+	cmp -s "$f" "$ckpt_c/$(basename "$f")" || die "restored $(basename "$f") differs from what the new node wrote"
+	final+=("$(basename "$f")")
+done
+echo "  the new node's agent committed step $STEPS; restored, it is byte for byte what the new node wrote"
+"${check[@]}" same-content "$work/a/ckpt" "$work/verify/final" "${final[@]}"
 
 # ---------------------------------------------------------------------------
 say "4. Resumed run vs uninterrupted run"
@@ -222,6 +193,4 @@ echo "  the resumed run's checkpoints after step $done_at (${#resumed[@]} files)
 echo "  (run 2 before the kill, for good measure:)"
 "${check[@]}" losses "$work/a/log" "$work/b/log" 1 "$STEPS" "$RANKS" --partial
 
-mode="ferry agent"
-[ "$use_agent" = 1 ] || mode="STAND-IN ferry push (no ferry agent yet)"
-say "e2e passed in $((SECONDS - started))s with $mode: resumed at step $done_at on a new node, bit-exact to step $STEPS"
+say "e2e passed in $((SECONDS - started))s: resumed at step $done_at on a new node, bit-exact to step $STEPS"
