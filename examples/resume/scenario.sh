@@ -70,10 +70,12 @@ export AWS_ACCESS_KEY_ID=ferrye2e AWS_SECRET_ACCESS_KEY=ferrye2esecret AWS_REGIO
 "$VERSITYGW" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "127.0.0.1:$port" posix "$work/s3" >"$work/s3.log" 2>&1 &
 server_pid=$!
 export S3_ENDPOINT_URL="http://127.0.0.1:$port"
+up=0
 for _ in $(seq 100); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
 	sleep 0.1
 done
+[ "$up" = 1 ] || die "versitygw did not listen on 127.0.0.1:$port within 10 s (see s3.log)"
 remote=s3://e2e/run
 export FERRY_LOG_LEVEL=warn
 
