@@ -22,8 +22,10 @@ per-step losses and final weights equal those of an uninterrupted run.
 
 Launch:
     /usr/bin/python3 train.py --save-dir CKPT ...          # spawns 2 ranks
-    /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 train.py ...
+    /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --redirects 1 --tee 1 train.py ...
                                                             # torchrun style
+(Debian's torchrun 1.13 on Python 3.11 fails with its default --redirects 0:
+see README.md.)
 Outputs, in --log-dir: loss-rank{R}.jsonl (one JSON line per step: step,
 loss as repr and float.hex) and final-rank{R}.json (SHA-256 of the final
 model state_dict bytes and of the optimizer state).
@@ -50,6 +52,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # The job's fixed shape. Only the run length, checkpoint cadence and
 # checkpoint size are flags: everything that affects the numbers is pinned.
+# Small, because Debian's PyTorch runs on the reference BLAS: a 512-wide
+# layer made a step cost ~0.1 s of CPU.
 N_SAMPLES = 4096
 IN_DIM = 64
 HIDDEN = 128
