@@ -32,8 +32,8 @@ func (b *bench) comparePhase(ctx context.Context, phase string) error {
 			if r < 0 {
 				tag = "warm-up"
 			}
-			log.Printf("%-7s %-6s %-8s %6.2f s  %7.1f MiB/s  cpu %5.2f s/GiB  rss %6.1f MiB  server %5.2f s",
-				phase, name, tag, s.WallS, float64(s.Bytes)/(1<<20)/s.WallS, s.cpuPerGiB(), s.MaxRSSMiB, s.ServerCPUS)
+			log.Printf("%-7s %-6s %-8s %6.2f s  %7.1f MiB/s  sync %5.2f s  cpu %5.2f s/GiB  rss %6.1f MiB  server %5.2f s",
+				phase, name, tag, s.WallS, float64(s.Bytes)/(1<<20)/s.WallS, s.SyncS, s.cpuPerGiB(), s.MaxRSSMiB, s.ServerCPUS)
 		}
 	}
 	return nil

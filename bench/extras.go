@@ -131,22 +131,6 @@ func (b *bench) blake3Phase(ctx context.Context) error {
 	return nil
 }
 
-// agentPhase measures the agent when the ferry binary has one. Until it
-// does, the report says so rather than showing a number.
-func (b *bench) agentPhase(ctx context.Context) {
-	cmd := exec.CommandContext(ctx, b.cfg.ferry, "agent", "--help")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.rep.Agent = "agent: not measured, command missing (`ferry agent --help` failed: " + firstOf(string(out), err) + ")"
-		log.Print(b.rep.Agent)
-		return
-	}
-	// TODO(bench): drive `ferry agent` once its flags settle: time-to-durable
-	// of a step written by ferry-trainsim, and procCPU over b.cfg.idle on an
-	// empty watch directory.
-	b.rep.Agent = "agent: not measured, `ferry agent` exists but the harness does not drive it yet"
-	log.Print(b.rep.Agent)
-}
-
 func firstOf(out string, err error) string {
 	for _, line := range strings.Split(out, "\n") {
 		if line = strings.TrimSpace(line); line != "" {

@@ -40,7 +40,7 @@ type config struct {
 	skipB3      bool
 	perfProfile bool
 
-	ferry, versitygw, s5cmd, aws, b3sum string
+	ferry, trainsim, versitygw, s5cmd, aws, b3sum string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -61,6 +61,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.workDir, "work", "", "scratch directory for data, server and restores (default: a new temp dir)")
 	fs.BoolVar(&c.keepWork, "keep", false, "keep the scratch directory")
 	fs.StringVar(&c.ferry, "ferry", "bin/ferry", "ferry binary")
+	fs.StringVar(&c.trainsim, "trainsim", "bin/ferry-trainsim", "ferry-trainsim binary (writes the step the agent uploads)")
 	fs.StringVar(&c.versitygw, "versitygw", "tools/bin/versitygw", "versitygw binary")
 	fs.StringVar(&c.s5cmd, "s5cmd", "tools/bin/s5cmd", "s5cmd binary")
 	fs.StringVar(&c.aws, "aws", "/usr/bin/aws", "aws-cli (Debian's awscli package)")
@@ -95,7 +96,7 @@ func parseFlags(args []string) (config, error) {
 			return c, fmt.Errorf("-tools: unknown tool %q (ferry, aws, s5cmd)", t)
 		}
 	}
-	for _, p := range []*string{&c.ferry, &c.versitygw, &c.s5cmd, &c.aws, &c.b3sum} {
+	for _, p := range []*string{&c.ferry, &c.trainsim, &c.versitygw, &c.s5cmd, &c.aws, &c.b3sum} {
 		if abs, err := filepath.Abs(*p); err == nil && strings.Contains(*p, "/") {
 			*p = abs
 		}

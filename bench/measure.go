@@ -29,6 +29,11 @@ type sample struct {
 	MaxRSSMiB float64 `json:"max_rss_mib"`
 	// ServerCPUS is the server's user+system CPU during the run.
 	ServerCPUS float64 `json:"server_cpu_s"`
+	// SyncS is how long a sync(2) right after the run took: the writeback
+	// the tool left in the page cache. ferry restore fsyncs every file
+	// before it returns; the peers do not, so their wall time alone leaves
+	// out the disk writes.
+	SyncS float64 `json:"sync_after_s"`
 }
 
 // cpuPerGiB is the client's CPU seconds per GiB moved.
@@ -79,6 +84,9 @@ func measure(ctx context.Context, c child, srv *server) (sample, error) {
 	if srv != nil {
 		s.ServerCPUS = srv.cpu() - before
 	}
+	syncStart := time.Now()
+	syscall.Sync()
+	syncS := time.Since(syncStart).Seconds()
 	if err != nil {
 		return s, fmt.Errorf("%s: %v\n%s", c, err, out.String())
 	}
@@ -86,7 +94,7 @@ func measure(ctx context.Context, c child, srv *server) (sample, error) {
 	if !ok {
 		return s, fmt.Errorf("%s: no rusage", c)
 	}
-	s.WallS = wall.Seconds()
+	s.WallS, s.SyncS = wall.Seconds(), syncS
 	s.UserS = tvSeconds(ru.Utime)
 	s.SysS = tvSeconds(ru.Stime)
 	// CPU comes from our wait4, which includes GNU time and everything it

@@ -30,6 +30,7 @@ type report struct {
 	BLAKE3       []hashResult         `json:"blake3,omitempty"`
 	B3sumVersion string               `json:"b3sum_version,omitempty"`
 	Agent        string               `json:"agent,omitempty"`
+	AgentResult  *agentResult         `json:"agent_result,omitempty"`
 	Targets      []target             `json:"targets"`
 	Profiles     map[string]string    `json:"profiles,omitempty"`
 	Notes        []string             `json:"notes,omitempty"`
@@ -65,6 +66,9 @@ type summary struct {
 	CPUPerGiB  float64 `json:"median_cpu_s_per_gib"`
 	MaxRSSMiB  float64 `json:"peak_rss_mib"`
 	ServerCPUS float64 `json:"median_server_cpu_s"`
+	// WallSyncS is the median of wall time plus the sync(2) after the run:
+	// time until the data is on the local disk (restore) or the server's.
+	WallSyncS float64 `json:"median_wall_plus_sync_s"`
 	// Ratios to the best peer of this run (lowest wall time, lowest CPU);
 	// NaN (null in JSON) when no peer ran.
 	WallVsBestPeer *float64 `json:"wall_vs_best_peer,omitempty"`
@@ -117,13 +121,14 @@ func (r *report) finish() {
 	for _, phase := range r.phases {
 		var rows []summary
 		for _, t := range r.Tools {
-			var walls, cpus, srv []float64
+			var walls, cpus, srv, synced []float64
 			var rss float64
 			for _, s := range r.Samples {
 				if s.Phase != phase || s.Tool != t.Name || s.Warmup {
 					continue
 				}
 				walls, cpus, srv = append(walls, s.WallS), append(cpus, s.cpuPerGiB()), append(srv, s.ServerCPUS)
+				synced = append(synced, s.WallS+s.SyncS)
 				rss = math.Max(rss, s.MaxRSSMiB)
 			}
 			if len(walls) == 0 {
@@ -132,7 +137,7 @@ func (r *report) finish() {
 			w := median(walls)
 			rows = append(rows, summary{Tool: t.Name, Runs: len(walls), WallS: w,
 				MiBps: mibps(int64(r.Files)*r.FileSize, w), CPUPerGiB: median(cpus),
-				MaxRSSMiB: rss, ServerCPUS: median(srv), Verifies: t.Verifies})
+				MaxRSSMiB: rss, ServerCPUS: median(srv), WallSyncS: median(synced), Verifies: t.Verifies})
 		}
 		bestWall, bestCPU := math.Inf(1), math.Inf(1)
 		for _, s := range rows {
@@ -179,6 +184,9 @@ func (r *report) checkTargets() {
 	}
 	for _, x := range r.RSS {
 		add(fmt.Sprintf("push peak RSS, one %s file", fmtSize(x.SizeBytes)), x.MaxRSSMiB, 256, "MiB")
+	}
+	if a := r.AgentResult; a != nil {
+		add("idle agent CPU", a.IdleCPUPercent, 1, "% of one core")
 	}
 }
 
