@@ -73,8 +73,10 @@ BENCH_FLAGS   ?=
 .PHONY: bench bench-go bench-deps
 bench: tools $(S5CMD) bench-deps
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
+	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim
 	$(GO) build -o $(BIN)/ferry-bench ./bench
-	$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -versitygw $(VERSITYGW) -s5cmd $(S5CMD) $(if $(BENCH_QUICK),-quick) $(BENCH_FLAGS)
+	$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -trainsim $(BIN)/bench/ferry-trainsim -versitygw $(VERSITYGW) -s5cmd $(S5CMD) \
+		$(if $(BENCH_QUICK),-quick) $(BENCH_FLAGS)
 
 # s5cmd refuses `go install` of its module, so build it in the module cache
 # (-mod=mod: module zips leave out its vendor directory).
