@@ -162,7 +162,7 @@ func (a *Agent) alreadyDone(s detect.Step) bool {
 	remote := a.remote[s.Number]
 	a.mu.Unlock()
 	if remote {
-		a.log.Warn("step is already committed in the bucket; not uploading it again", zap.Int64("step", s.Number))
+		a.log.Info("step is already committed in the bucket; not uploading it again", zap.Int64("step", s.Number))
 	}
 	return remote
 }

@@ -28,7 +28,7 @@ func Validate(m *Manifest, prefix string) error {
 		return err
 	}
 	if m.Step < 0 || m.Step > MaxStep {
-		return fmt.Errorf("manifest field step: %d outside 0..%d", m.Step, MaxStep)
+		return fmt.Errorf("manifest field step: %d outside 0..%d", m.Step, int64(MaxStep))
 	}
 	if m.Created.IsZero() {
 		return fmt.Errorf("manifest field created: missing")
@@ -149,7 +149,7 @@ func checkPartSize(partSize, size int64) error {
 		return nil
 	}
 	if partSize < store.MinPartSize || partSize > store.MaxPartSize {
-		return fmt.Errorf("%d outside %d..%d", partSize, store.MinPartSize, store.MaxPartSize)
+		return fmt.Errorf("%d outside %d..%d", partSize, int64(store.MinPartSize), int64(store.MaxPartSize))
 	}
 	if (size+partSize-1)/partSize > store.MaxParts {
 		return fmt.Errorf("%d makes more than %d parts for %d bytes", partSize, store.MaxParts, size)

@@ -54,6 +54,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newShowCommand(),
 			newStatusCommand(),
 			newFlushCommand(),
+			newPruneCommand(),
+			newAgentCommand(),
 		},
 	}
 	known := map[string]bool{"help": true, "h": true}

@@ -10,8 +10,14 @@ import (
 )
 
 func main() {
+	os.Exit(runWithSignals(os.Args))
+}
+
+// runWithSignals runs Main with SIGINT and SIGTERM cancelling its context,
+// as the ferry binary does (tests re-executing themselves as ferry use it
+// too).
+func runWithSignals(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Main(ctx, os.Args, os.Stdout, os.Stderr)
-	cancel()
-	os.Exit(code)
+	defer cancel()
+	return Main(ctx, args, os.Stdout, os.Stderr)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -20,7 +19,7 @@ import (
 // build step.
 func TestMain(m *testing.M) {
 	if os.Getenv("FERRY_CLI_MAIN") == "1" {
-		os.Exit(Main(context.Background(), append([]string{"ferry"}, os.Args[1:]...), os.Stdout, os.Stderr))
+		os.Exit(runWithSignals(append([]string{"ferry"}, os.Args[1:]...)))
 	}
 	s3test.Main(m)
 }

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/sdnotify"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+type agentOptions struct {
+	remote        remoteOptions
+	watch, to     string
+	layout        string
+	stateDir      string
+	concurrency   int
+	partSize      int64
+	bandwidth     int64
+	keepLocal     int
+	metricsAddr   string
+	settle        time.Duration
+	rescan        time.Duration
+	poll          bool
+	pollInterval  time.Duration
+	stepPattern   string
+	expectedRanks int
+	noMarker      bool
+	drainTimeout  time.Duration
+}
+
+func newAgentCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "watch a checkpoint directory and upload every completed step in the background",
+		Description: "Options also come from environment variables (FERRY_WATCH, FERRY_TO, ... as listed with each flag)\n" +
+			"and from --config FILE, a file of FERRY_NAME=value lines (the format of a systemd EnvironmentFile).\n" +
+			"Flags win over the environment, which wins over the file.",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "config", EnvVars: []string{"FERRY_CONFIG"}, Usage: "`FILE` of FERRY_NAME=value lines"},
+			&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to"},
+			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "layout", Value: "auto", EnvVars: []string{"FERRY_LAYOUT"}, Usage: "checkpoint layout: " + joinNames(detect.LayoutNames())},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "journal, upload state and control socket (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
+			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "upload requests in flight"},
+			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size"},
+			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate, e.g. 800MiB/s (default: unlimited)"},
+			&cli.IntFlag{Name: "keep-local", EnvVars: []string{"FERRY_KEEP_LOCAL"}, Usage: "after a commit, delete local files of committed steps beyond the `N` newest (0: never delete)"},
+			&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics and /healthz `ADDR` (\"off\" disables)"},
+			&cli.DurationFlag{Name: "settle", Value: detect.DefaultSettle, EnvVars: []string{"FERRY_SETTLE"}, Usage: "how long a step's files must stay unchanged before upload"},
+			&cli.DurationFlag{Name: "rescan-interval", Value: detect.DefaultRescan, EnvVars: []string{"FERRY_RESCAN_INTERVAL"}, Usage: "full rescan interval (events are the main signal)"},
+			&cli.BoolFlag{Name: "poll", EnvVars: []string{"FERRY_POLL"}, Usage: "poll instead of inotify (NFS, Lustre, FUSE)"},
+			&cli.DurationFlag{Name: "poll-interval", Value: detect.DefaultPollInterval, EnvVars: []string{"FERRY_POLL_INTERVAL"}, Usage: "rescan interval with --poll"},
+			&cli.StringFlag{Name: "step-pattern", EnvVars: []string{"FERRY_STEP_PATTERN"}, Usage: "`REGEX` reading the step from a name (flat and dcp layouts)"},
+			&cli.IntFlag{Name: "expected-ranks", EnvVars: []string{"FERRY_EXPECTED_RANKS"}, Usage: "ranks saving on this node; a step waits for all of them (0: unknown)"},
+			&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
+			&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
+		}, commonFlags()...),
+		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usagef("agent takes no arguments (got %q); use --watch DIR", c.Args().First())
+			}
+			o := agentOptions{
+				remote:        readRemoteOptions(c),
+				watch:         c.String("watch"),
+				to:            c.String("to"),
+				layout:        c.String("layout"),
+				stateDir:      c.String("state-dir"),
+				concurrency:   c.Int("concurrency"),
+				keepLocal:     c.Int("keep-local"),
+				metricsAddr:   c.String("metrics-addr"),
+				settle:        c.Duration("settle"),
+				rescan:        c.Duration("rescan-interval"),
+				poll:          c.Bool("poll"),
+				pollInterval:  c.Duration("poll-interval"),
+				stepPattern:   c.String("step-pattern"),
+				expectedRanks: c.Int("expected-ranks"),
+				noMarker:      c.Bool("no-marker"),
+				drainTimeout:  c.Duration("drain-timeout"),
+			}
+			var err error
+			if o.partSize, err = sizeFlag(c, "part-size"); err != nil {
+				return err
+			}
+			if o.bandwidth, err = rateFlag(c, "bandwidth"); err != nil {
+				return err
+			}
+			return runAgent(c.Context, o, c.App.ErrWriter)
+		},
+	}
+}
+
+func (o agentOptions) validate() error {
+	switch {
+	case o.watch == "":
+		return usagef("--watch is required (the checkpoint directory)")
+	case o.partSize < 5<<20 || o.partSize > 5<<30:
+		return usagef("--part-size: must be between 5 MiB and 5 GiB")
+	case o.concurrency < 1 || o.concurrency > 1024:
+		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	case o.keepLocal < 0:
+		return usagef("--keep-local %d: must be 0 (keep everything) or more", o.keepLocal)
+	case o.expectedRanks < 0:
+		return usagef("--expected-ranks %d: must be 0 or more", o.expectedRanks)
+	case o.settle <= 0 || o.drainTimeout <= 0:
+		return usagef("--settle and --drain-timeout must be positive")
+	}
+	if !isKnownLayout(o.layout) {
+		return usagef("--layout %q: use one of %s", o.layout, joinNames(detect.LayoutNames()))
+	}
+	fi, err := os.Stat(o.watch)
+	if err != nil {
+		return fmt.Errorf("--watch: %w", err)
+	}
+	if !fi.IsDir() {
+		return usagef("--watch %s: not a directory", o.watch)
+	}
+	return nil
+}
+
+func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(o.remote, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
+	if o.stateDir == "" {
+		o.stateDir = defaultStateDir()
+	}
+	reg := prometheus.NewRegistry()
+	metrics := agent.NewMetrics(reg)
+	var counters s3store.Counters
+	loc, err := parseLocation("to", o.to)
+	if err != nil {
+		return err
+	}
+	st, err := s3store.New(ctx, s3store.Config{
+		Endpoint: o.remote.Endpoint, Region: o.remote.Region, Profile: o.remote.Profile,
+		Bucket: loc.Bucket, MaxConns: o.concurrency + 4, Logger: log,
+		OnRequest: func(op string) { counters.Count(op); metrics.Request(op) },
+	})
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Options{
+		Store: st, Prefix: loc.Prefix, URL: loc.String(),
+		Detect: detect.Options{
+			Dir: o.watch, Layout: o.layout, Settle: o.settle, Rescan: o.rescan,
+			Poll: o.poll, PollInterval: o.pollInterval, StepPattern: o.stepPattern,
+			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker,
+		},
+		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth)},
+		StateDir:     o.stateDir,
+		KeepLocal:    o.keepLocal,
+		DrainTimeout: o.drainTimeout,
+		Requests:     counters.Snapshot,
+		Metrics:      metrics,
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+
+	// The first SIGINT/SIGTERM cancels ctx (main wires it): stop watching
+	// and drain. A second one aborts the drain; state is on disk.
+	second := make(chan os.Signal, 1)
+	signal.Notify(second, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(second)
+
+	// Servers outlive the drain so that status and flush keep answering.
+	srvCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServers()
+	g, gctx := errgroup.WithContext(srvCtx)
+	g.Go(func() error { return agent.ServeControl(gctx, agent.SocketPath(o.stateDir), a, log) })
+	if o.metricsAddr != "" && o.metricsAddr != "off" {
+		g.Go(func() error { return agent.ServeMetrics(gctx, o.metricsAddr, reg, func() error { return nil }, log) })
+	}
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+		case <-gctx.Done():
+			return nil
+		}
+		select {
+		case <-second: // consumed by NotifyContext's first delivery too; wait for the next
+		case <-gctx.Done():
+			return nil
+		}
+		select {
+		case <-second:
+			log.Warn("second signal: stopping now; uploads resume at the next start")
+			a.Abort()
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	g.Go(func() error { return watchdog(gctx) })
+
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+	sdnotify.Ready()
+	var err2 error
+	select {
+	case err2 = <-runErr:
+	case <-gctx.Done():
+		// A server failed (e.g. another agent owns the socket): stop.
+		a.Abort()
+		err2 = <-runErr
+	}
+	sdnotify.Stopping()
+	stopServers()
+	if gerr := g.Wait(); gerr != nil && err2 == nil {
+		err2 = gerr
+	}
+	if err2 == nil {
+		log.Info("agent stopped", zap.Int64("last_committed", a.Status().LastCommitted))
+	}
+	return err2
+}
+
+// watchdog pings systemd's watchdog while the agent runs.
+func watchdog(ctx context.Context) error {
+	iv := sdnotify.WatchdogInterval()
+	if iv <= 0 {
+		return nil
+	}
+	t := time.NewTicker(iv / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			sdnotify.Watchdog()
+		}
+	}
+}
