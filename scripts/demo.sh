@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# ferry demo: a local S3 server, a simulated 2-rank training job, a push of
-# its checkpoint, and a restore onto a "new node" (an empty directory), with
-# every file verified. Run through `make demo`, which builds the binaries.
+# ferry demo: a local S3 server, a simulated 2-rank training job writing
+# three checkpoints while the ferry agent uploads them, then a restore onto a
+# "new node" (an empty directory), with every file verified. Run through `make demo`, which builds the binaries.
 set -euo pipefail
 
 : "${VERSITYGW:?run through make demo}" "${FERRY:?run through make demo}" "${TRAINSIM:?run through make demo}"
 
 work=$(mktemp -d -t ferry-demo.XXXXXX)
 server_pid=""
+agent_pid=""
 cleanup() {
+	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null || true; fi
 	if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
@@ -30,30 +32,42 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 
-say "Training job writes checkpoint step 1000 (2 ranks, composer names)"
-"$TRAINSIM" --dir "$work/node-a/ckpt" --ranks 2 --steps 1000 --size 24MiB --pause 5ms
-ls -l "$work/node-a/ckpt"
+mkdir -p "$work/node-a/ckpt"
+say "Starting the ferry agent beside the job (watching $work/node-a/ckpt)"
+"$FERRY" agent --watch "$work/node-a/ckpt" --to s3://demo-bucket/run-1 --state-dir "$work/state" \
+	--layout composer --expected-ranks 2 --settle 1s --part-size 8MiB --metrics-addr off \
+	--log-level warn &
+agent_pid=$!
 
-say "ferry push: upload the step, then commit its manifest"
-"$FERRY" push --quiet --to s3://demo-bucket/run-1 --step 1000 --part-size 8MiB --state-dir "$work/state" "$work/node-a/ckpt"
+say "Training job (2 ranks) writes checkpoints at steps 100, 200, 300 while the agent uploads them"
+"$TRAINSIM" --dir "$work/node-a/ckpt" --ranks 2 --steps 100,200,300 --size 24MiB --pause 5ms --interval 2s
+say "The job has stopped; ferry flush waits until every checkpoint it wrote is committed"
+"$FERRY" flush --state-dir "$work/state" --timeout 2m
+"$FERRY" status --state-dir "$work/state"
+kill -TERM "$agent_pid"; wait "$agent_pid" || true
 
-say "ferry list"
+say "ferry list: what the bucket holds"
 "$FERRY" list --from s3://demo-bucket/run-1
 
-say "ferry restore onto a new node (an empty directory), verifying every BLAKE3"
+say "A new node: an empty directory, restored from the bucket (latest step, every BLAKE3 verified)"
 "$FERRY" restore --quiet --from s3://demo-bucket/run-1 --to "$work/node-b/ckpt"
 ls -l "$work/node-b/ckpt"
 
-say "Checking every restored file byte for byte"
+say "Checking the restored step against what the job wrote, byte for byte"
 ok=0
-for f in "$work/node-a/ckpt"/*; do
-	name=$(basename "$f")
-	if cmp -s "$f" "$work/node-b/ckpt/$name"; then
+for name in ep0-ba300-rank0.pt ep0-ba300-rank1.pt; do
+	if cmp -s "$work/node-a/ckpt/$name" "$work/node-b/ckpt/$name"; then
 		echo "  identical: $name"
 	else
 		echo "  DIFFERENT: $name"; ok=1
 	fi
 done
-"$FERRY" show --from s3://demo-bucket/run-1 | grep -E '"(path|blake3)"' | sed 's/^ */  /'
+for r in 0 1; do
+	target=$(readlink "$work/node-b/ckpt/latest-rank$r.pt")
+	echo "  latest-rank$r.pt -> $target"
+	[ "$target" = "ep0-ba300-rank$r.pt" ] || ok=1
+done
+echo "  manifest hashes (BLAKE3, as b3sum prints them):"
+"$FERRY" show --from s3://demo-bucket/run-1 | grep -E '"(path|blake3)"' | paste - - | sed -e 's/^ *"path": "\([^"]*\)",[[:space:]]*"blake3": "\([^"]*\)",*/    \2  \1/' | grep -E '^    [0-9a-f]{64}'
 if [ "$ok" -ne 0 ]; then echo "demo FAILED"; exit 1; fi
-say "Demo passed: step 1000 restored on the new node, every hash verified"
+say "Demo passed: step 300 restored on the new node, every hash verified"
