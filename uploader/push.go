@@ -161,7 +161,7 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		}
 		entries = append(entries, f)
 	}
-	res, referenced, err := commitStep(ctx, opts, entries)
+	res, referenced, err := commitStep(ctx, opts, entries, manifest.DataKey(opts.Prefix, opts.Step, attempt, ""))
 	res.Stats = up.Stats()
 	if err != nil && !errors.Is(err, manifest.ErrConflict) && !errors.Is(err, manifest.ErrPartConflict) {
 		// Unknown outcome (e.g. the connection broke after the write): keep
@@ -187,7 +187,7 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 // commitStep commits the uploaded entries: the manifest itself for one
 // node, this node's part (and the step, if complete) for several. It
 // reports whether the entries' objects ended up referenced.
-func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File) (PushResult, bool, error) {
+func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
 	st := opts.Upload.Store
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if opts.Nodes <= 1 {
@@ -199,6 +199,11 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File) 
 			Symlinks: opts.Tree.Symlinks,
 		}
 		existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
+		if !committed && err == nil && referencesAny(existing.Files, entries, attemptPrefix) {
+			// Our own write succeeded but its response was lost: the retry
+			// found our manifest. It references our objects; keep them.
+			committed = true
+		}
 		return PushResult{Manifest: existing, Committed: committed}, committed, err
 	}
 	part := &manifest.Part{
@@ -217,8 +222,29 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File) 
 		logNodeCommit(opts, res)
 	}
 	// With an error after the part was written, the part references the
-	// objects: keep them.
-	return res, nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, manifest.ErrPartConflict)), err
+	// objects: keep them. A part found in place that names our objects is
+	// ours too (the response to our write was lost).
+	referenced := nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, manifest.ErrPartConflict)) ||
+		(nc.Part != nil && referencesAny(nc.Part.Files, entries, attemptPrefix))
+	return res, referenced, err
+}
+
+// referencesAny reports whether files name any object this attempt wrote
+// (entries under attemptPrefix; reused objects of earlier steps do not
+// tell whose write it was).
+func referencesAny(files, entries []manifest.File, attemptPrefix string) bool {
+	keys := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Key, attemptPrefix) {
+			keys[e.Key] = true
+		}
+	}
+	for _, f := range files {
+		if keys[f.Key] {
+			return true
+		}
+	}
+	return false
 }
 
 func logNodeCommit(opts PushOptions, res PushResult) {
