@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOTEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build tools test unit demo e2e lint fmt clean
+.PHONY: all build tools test test-r2 unit demo e2e lint fmt clean
 
 all: build
 
@@ -30,6 +30,13 @@ $(VERSITYGW):
 ## test: unit and integration tests (integration tests start versitygw on 127.0.0.1)
 test: tools
 	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) ./...
+
+## test-r2: the integration suites again, through a proxy that refuses what
+## Cloudflare R2 refuses (internal/s3proxy), so R2 compatibility is tested
+## without R2. The test binary fails if the proxy refused any request.
+R2_SUITES := ./cmd/ferry/ ./internal/s3store/ ./internal/s3test/ ./uploader/ ./restore/ ./agent/
+test-r2: tools
+	FERRY_S3TEST_R2RULES=1 FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) $(R2_SUITES)
 
 ## unit: only the tests that need no S3 server
 unit:
