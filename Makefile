@@ -106,10 +106,19 @@ bench-deps:
 ## bench-go: Go benchmarks of the hot paths with CPU profiles in bench-results/
 bench-go: tools
 	@mkdir -p bench-results
-	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'HashPass|BLAKE3Block' -benchtime 5x ./uploader
-	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Push$$' -benchtime 5x -cpuprofile bench-results/push.cpu.prof -o bench-results/uploader.test ./uploader
-	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Restore$$' -benchtime 5x -cpuprofile bench-results/restore.cpu.prof -o bench-results/restore.test ./restore
-	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'UploadPart|GetRange' -benchtime 5x ./internal/s3store
-	$(GO) tool pprof -top -nodecount 30 bench-results/push.cpu.prof > bench-results/push.cpu.txt
-	$(GO) tool pprof -top -nodecount 30 bench-results/restore.cpu.prof > bench-results/restore.cpu.txt
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'HashPass|BLAKE3Block' -benchtime 2s ./uploader
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Push$$' -benchtime 10x -cpuprofile bench-results/push.cpu.prof -o bench-results/uploader.test ./uploader
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Restore$$' -benchtime 10x -cpuprofile bench-results/restore.cpu.prof -o bench-results/restore.test ./restore
+	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'UploadPart|GetRange' -benchtime 10x ./internal/s3store
+	@# The profiles cover each benchmark's setup (random data, and the
+	@# restore benchmark's push): leave it out of the text.
+	$(call bench_pprof,push,ChaCha8|chacha8rand|byteorder)
+	$(call bench_pprof,restore,ChaCha8|chacha8rand|byteorder|uploader\.)
 	@echo "profiles: bench-results/{push,restore}.cpu.{prof,txt}"
+
+# bench_pprof NAME IGNORE: flat and cumulative top of bench-results/NAME.cpu.prof
+define bench_pprof
+	{ $(GO) tool pprof -top -nodecount 25 -ignore '$(2)' bench-results/$(1).cpu.prof; \
+	  $(GO) tool pprof -top -cum -nodecount 60 -ignore '$(2)' bench-results/$(1).cpu.prof | sed -n '/flat%/,$$p'; \
+	} > bench-results/$(1).cpu.txt 2>/dev/null
+endef
