@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
@@ -27,7 +28,8 @@ func TestMain(m *testing.M) { s3test.Main(m) }
 
 // harness runs an agent in-process against the shared real S3 server.
 type harness struct {
-	t      *testing.T
+	t        *testing.T
+	counters *s3store.Counters
 	st     store.Store
 	prefix string
 	watch  string
@@ -41,7 +43,9 @@ func startAgent(t *testing.T, mod func(*Options)) *harness {
 	t.Helper()
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
-	h := &harness{t: t, st: srv.Store(t, bucket), prefix: "run", watch: t.TempDir(), state: t.TempDir()}
+	counters := &s3store.Counters{}
+	h := &harness{t: t, counters: counters, prefix: "run", watch: t.TempDir(), state: t.TempDir(),
+		st: srv.StoreWith(t, s3store.Config{Bucket: bucket, OnRequest: counters.Count})}
 	h.start(mod)
 	return h
 }
@@ -53,6 +57,7 @@ func (h *harness) start(mod func(*Options)) {
 		Detect:   detect.Options{Dir: h.watch, Layout: "composer", Settle: 300 * time.Millisecond, Debounce: 50 * time.Millisecond},
 		Upload:   uploader.Options{PartSize: store.MinPartSize, Concurrency: 4},
 		StateDir: h.state,
+		Requests: h.counters.Snapshot,
 		RetryMin: 100 * time.Millisecond,
 		RetryMax: time.Second,
 	}
@@ -421,5 +426,46 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The request budget of a committed step on one node (issue: count what a
+// checkpoint costs): per file one PUT or create + P parts + complete, plus
+// at most 5 other requests; and an idle agent makes no request at all.
+func TestAgentRequestBudgetAndIdle(t *testing.T) {
+	h := startAgent(t, func(o *Options) {
+		o.Detect.ExpectedRanks = 2
+		o.Detect.Rescan = 200 * time.Millisecond // rescans must cost no requests either
+	})
+	// Per rank: one 12 MiB file (3 parts of 5 MiB) at steps 1 and 2.
+	sim := trainsim.Options{Dir: h.watch, Ranks: 2, FileSize: 12 << 20, Seed: 8}
+	for _, s := range []int64{1, 2} {
+		if err := trainsim.WriteStep(context.Background(), sim, s); err != nil {
+			t.Fatal(err)
+		}
+		if left := h.flush(60 * time.Second); len(left) != 0 {
+			t.Fatalf("not committed: %v", left)
+		}
+	}
+	for _, s := range h.agent.Status().Steps {
+		r := s.Requests
+		data := r["CreateMultipartUpload"] + r["UploadPart"] + r["CompleteMultipartUpload"] + r["PutObject"]
+		var total int64
+		for _, c := range r {
+			total += c
+		}
+		t.Logf("step %d requests: %v", s.Step, r)
+		// 2 files x (create + 3 parts + complete), then the manifest PUT.
+		if r["CreateMultipartUpload"] != 2 || r["UploadPart"] != 6 || r["CompleteMultipartUpload"] != 2 {
+			t.Errorf("step %d data requests %v, want 2 creates, 6 parts, 2 completes", s.Step, r)
+		}
+		if other := total - data + 1; other > 5 { // +1: the manifest PUT is counted in PutObject
+			t.Errorf("step %d: %d requests beyond the data, budget 5: %v", s.Step, other, r)
+		}
+	}
+	before := h.counters.Total()
+	time.Sleep(3 * time.Second) // 15 rescans
+	if after := h.counters.Total(); after != before {
+		t.Errorf("an idle agent made %d requests in 3 s: %v", after-before, h.counters.Snapshot())
 	}
 }

@@ -35,6 +35,10 @@ type StepStatus struct {
 	Committed time.Time `json:"committed,omitempty"`
 	Attempts  int       `json:"attempts,omitempty"`
 	Error     string    `json:"error,omitempty"`
+	// Requests counts the S3 requests made for this step by operation,
+	// retries and failed attempts included (the agent uploads one step at
+	// a time, so every request in that window is this step's).
+	Requests map[string]int64 `json:"requests,omitempty"`
 }
 
 // Status is a snapshot of the agent, served by `ferry status`.

@@ -138,6 +138,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		blobs = append(blobs, uploader.Blob{RelPath: g.RelPath, Data: g.Data})
 	}
 	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(tree.Files)), zap.Int("attempt", e.status.Attempts))
+	before := a.requestCounts()
 	res, err := uploader.Push(stepCtx, uploader.PushOptions{
 		Upload:   uopts,
 		Location: a.opts.URL,
@@ -150,10 +151,19 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
 
+	spent := a.requestCounts()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	defer a.changedLocked()
 	e.cancel = nil
+	for op, c := range spent {
+		if d := c - before[op]; d > 0 {
+			if e.status.Requests == nil {
+				e.status.Requests = map[string]int64{}
+			}
+			e.status.Requests[op] += d
+		}
+	}
 	switch {
 	case e.deleted && err != nil:
 		// The trainer removed or rewrote the step mid-upload. Discard what
@@ -188,6 +198,14 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	default:
 		a.committedLocked(e, res)
 	}
+}
+
+// requestCounts snapshots the S3 request counts, if they are counted.
+func (a *Agent) requestCounts() map[string]int64 {
+	if a.opts.Requests == nil {
+		return nil
+	}
+	return a.opts.Requests()
 }
 
 // discard abandons an upload attempt whose step is being uploaded again
