@@ -30,13 +30,13 @@ func TestMain(m *testing.M) { s3test.Main(m) }
 type harness struct {
 	t        *testing.T
 	counters *s3store.Counters
-	st     store.Store
-	prefix string
-	watch  string
-	state  string
-	agent  *Agent
-	cancel context.CancelFunc
-	done   chan error
+	st       store.Store
+	prefix   string
+	watch    string
+	state    string
+	agent    *Agent
+	cancel   context.CancelFunc
+	done     chan error
 }
 
 func startAgent(t *testing.T, mod func(*Options)) *harness {
