@@ -57,9 +57,9 @@ func (b *bench) agentPhase(ctx context.Context) {
 		return
 	}
 	b.rep.AgentResult = &res
-	b.rep.Agent = fmt.Sprintf("idle CPU %.2f%% of one core over %.0f s of watching an empty directory; "+
+	b.rep.Agent = fmt.Sprintf("idle CPU %.2f%% of one core (%.0f clock ticks of 10 ms) over %.0f s of watching an empty directory; "+
 		"time-to-durable %.1f s for a %d x %s step (from the trainer's last write to the manifest on the server, "+
-		"including the %.0f s settle window)", res.IdleCPUPercent, res.IdleS, res.TimeToDurableS, agentRanks, fmtSize(agentRankSize), res.SettleS)
+		"including the %.0f s settle window)", res.IdleCPUPercent, res.IdleCPUPercent*res.IdleS, res.IdleS, res.TimeToDurableS, agentRanks, fmtSize(agentRankSize), res.SettleS)
 	log.Print("agent: " + b.rep.Agent)
 }
 
