@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
@@ -25,6 +27,8 @@ type pushOptions struct {
 	stateDir    string
 	bandwidth   int64
 	json        bool
+	noDedup     bool
+	node        nodeInfo
 	sources     []string
 }
 
@@ -41,7 +45,8 @@ func newPushCommand() *cli.Command {
 			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate, e.g. 800MiB/s (default: unlimited)"},
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "where resume state is kept (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
-		}, commonFlags()...),
+			&cli.BoolFlag{Name: "no-dedup", EnvVars: []string{"FERRY_NO_DEDUP"}, Usage: "upload every file, even one unchanged since the previous committed step"},
+		}, append(nodeFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
 			opts := pushOptions{
 				remote:      readRemoteOptions(c),
@@ -50,9 +55,13 @@ func newPushCommand() *cli.Command {
 				concurrency: c.Int("concurrency"),
 				stateDir:    c.String("state-dir"),
 				json:        c.Bool("json"),
+				noDedup:     c.Bool("no-dedup"),
 				sources:     c.Args().Slice(),
 			}
 			var err error
+			if opts.node, err = readNodes(c, os.Getenv); err != nil {
+				return err
+			}
 			if opts.partSize, err = sizeFlag(c, "part-size"); err != nil {
 				return err
 			}
@@ -64,7 +73,8 @@ func newPushCommand() *cli.Command {
 	}
 }
 
-// pushSummary is what push prints with --json.
+// pushSummary is what push prints with --json. Files and Bytes count the
+// step's files, or this node's while the step is pending.
 type pushSummary struct {
 	Step        int64   `json:"step"`
 	Committed   bool    `json:"committed"`
@@ -73,8 +83,17 @@ type pushSummary struct {
 	BytesSent   int64   `json:"bytes_sent"`
 	PartsSent   int64   `json:"parts_sent"`
 	PartsReused int64   `json:"parts_resumed"`
+	DedupFiles  int64   `json:"files_deduplicated"`
+	DedupBytes  int64   `json:"bytes_deduplicated"`
 	Seconds     float64 `json:"seconds"`
 	Manifest    string  `json:"manifest"`
+	// Multi-node pushes: this node, and whether the step still waits for
+	// other nodes' parts.
+	Nodes        int    `json:"nodes"`
+	NodeRank     int    `json:"node_rank"`
+	Pending      bool   `json:"pending,omitempty"`
+	PartsPresent int    `json:"parts_present,omitempty"`
+	Part         string `json:"part,omitempty"`
 }
 
 func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error {
@@ -118,6 +137,9 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 	}
 	prog := newProgress(stderr, "push", total, !o.remote.Quiet && isTerminal(stderr))
 	start := time.Now()
+	if o.node.nodes > 1 {
+		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("from", o.node.source))
+	}
 	res, err := uploader.Push(ctx, uploader.PushOptions{
 		Upload: uploader.Options{
 			Store:       st,
@@ -132,31 +154,60 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 		Step:     o.step,
 		Tree:     tree,
 		StateDir: stateDir,
+		Rank:     detect.RankOf,
+		Nodes:    o.node.nodes,
+		NodeRank: o.node.rank,
+		NoDedup:  o.noDedup,
 	})
 	prog.Close()
 	if err != nil {
 		return err
 	}
 	sum := pushSummary{
-		Step:        o.step,
-		Committed:   res.Committed,
-		Files:       len(res.Manifest.Files),
-		Bytes:       res.Manifest.TotalBytes(),
-		BytesSent:   res.Stats.BytesSent,
-		PartsSent:   res.Stats.PartsSent,
-		PartsReused: res.Stats.PartsResumed,
-		Seconds:     time.Since(start).Seconds(),
-		Manifest:    "s3://" + loc.Bucket + "/" + manifest.ManifestKey(loc.Prefix, o.step),
+		Step:         o.step,
+		Committed:    res.Committed,
+		BytesSent:    res.Stats.BytesSent,
+		PartsSent:    res.Stats.PartsSent,
+		PartsReused:  res.Stats.PartsResumed,
+		DedupFiles:   res.Stats.DedupFiles,
+		DedupBytes:   res.Stats.DedupBytes,
+		Seconds:      time.Since(start).Seconds(),
+		Manifest:     "s3://" + loc.Bucket + "/" + manifest.ManifestKey(loc.Prefix, o.step),
+		Nodes:        o.node.nodes,
+		NodeRank:     o.node.rank,
+		Pending:      res.Pending,
+		PartsPresent: res.PartsPresent,
 	}
-	log.Info("push finished", zap.Int64("step", sum.Step), zap.Bool("committed", sum.Committed), zap.Int64("bytes_sent", sum.BytesSent))
+	if res.Manifest != nil {
+		sum.Files, sum.Bytes = len(res.Manifest.Files), res.Manifest.TotalBytes()
+	} else if res.Part != nil {
+		for _, f := range res.Part.Files {
+			sum.Files++
+			sum.Bytes += f.Size
+		}
+	}
+	if o.node.nodes > 1 {
+		sum.Part = "s3://" + loc.Bucket + "/" + manifest.PartKey(loc.Prefix, o.step, o.node.nodes, o.node.rank)
+	}
+	log.Info("push finished", zap.Int64("step", sum.Step), zap.Bool("committed", sum.Committed), zap.Bool("pending", sum.Pending),
+		zap.Int64("bytes_sent", sum.BytesSent), zap.Int64("bytes_deduplicated", sum.DedupBytes))
 	if o.json {
 		return printJSON(stdout, sum)
+	}
+	if res.Pending {
+		fmt.Fprintf(stdout, "node %d of %d: step %d's files on this node are durable at %s (%d of %d nodes done); the last node to finish commits the step\n",
+			o.node.rank, o.node.nodes, o.step, loc, res.PartsPresent, o.node.nodes)
+		return nil
 	}
 	if !res.Committed {
 		fmt.Fprintf(stdout, "step %d is already committed at %s with identical content; nothing uploaded\n", o.step, loc)
 		return nil
 	}
-	fmt.Fprintf(stdout, "committed step %d to %s: %d files, %s in %s (%s)\n", o.step, loc, sum.Files,
+	fmt.Fprintf(stdout, "committed step %d to %s: %d files, %s in %s (%s)", o.step, loc, sum.Files,
 		units.FormatBytes(sum.Bytes), time.Since(start).Round(time.Millisecond), units.FormatRate(sum.Bytes, time.Since(start)))
+	if sum.DedupFiles > 0 {
+		fmt.Fprintf(stdout, "; %d unchanged files (%s) referenced from the previous step", sum.DedupFiles, units.FormatBytes(sum.DedupBytes))
+	}
+	fmt.Fprintln(stdout)
 	return nil
 }

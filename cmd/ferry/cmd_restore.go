@@ -23,6 +23,9 @@ type restoreOptions struct {
 	allowEmpty  bool
 	concurrency int
 	json        bool
+	// ranks, or nodes and nodeRank, select what to restore (0 nodes: all).
+	ranks           string
+	nodes, nodeRank int
 }
 
 func newRestoreCommand() *cli.Command {
@@ -36,6 +39,9 @@ func newRestoreCommand() *cli.Command {
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
 			&cli.IntFlag{Name: "concurrency", Value: 16, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "ranged GETs in flight"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
+			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (no environment default)"},
+			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
@@ -49,6 +55,9 @@ func newRestoreCommand() *cli.Command {
 				allowEmpty:  c.Bool("allow-empty"),
 				concurrency: c.Int("concurrency"),
 				json:        c.Bool("json"),
+				ranks:       c.String("ranks"),
+				nodes:       c.Int("nodes"),
+				nodeRank:    c.Int("node-rank"),
 			}, c.App.Writer, c.App.ErrWriter)
 		},
 	}
@@ -64,6 +73,8 @@ type restoreSummary struct {
 	Bytes           int64   `json:"bytes"`
 	BytesDownloaded int64   `json:"bytes_downloaded"`
 	Seconds         float64 `json:"seconds"`
+	// Selection says which files were selected with --ranks or --nodes.
+	Selection string `json:"selection,omitempty"`
 }
 
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
@@ -72,6 +83,20 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	}
 	if o.concurrency < 1 || o.concurrency > 1024 {
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	}
+	var ranks restore.RankSet
+	switch {
+	case o.ranks != "" && (o.nodes != 0 || o.nodeRank >= 0):
+		return usagef("--ranks and --nodes/--node-rank select files two ways; use one")
+	case o.ranks != "":
+		var err error
+		if ranks, err = restore.ParseRanks(o.ranks); err != nil {
+			return usagef("--ranks: %v", err)
+		}
+	case o.nodes != 0 || o.nodeRank >= 0:
+		if o.nodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nodes {
+			return usagef("--nodes %d --node-rank %d: give both, with 0 <= node rank < nodes", o.nodes, o.nodeRank)
+		}
 	}
 	log, err := newLogger(o.remote, stderr)
 	if err != nil {
@@ -90,7 +115,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		barMu sync.Mutex
 		bar   *progress
 	)
-	res, err := restore.Restore(ctx, restore.Options{
+	ropts := restore.Options{
 		Store:       st,
 		Prefix:      loc.Prefix,
 		Dir:         o.to,
@@ -108,7 +133,16 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 			}
 			bar.done.Store(done)
 		},
-	})
+	}
+	selection := ""
+	switch {
+	case o.ranks != "":
+		ropts.Ranks = ranks.Filter()
+		selection = "ranks " + ranks.String() + " and shared files"
+	case o.nodes > 0:
+		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank
+	}
+	res, err := restore.Restore(ctx, ropts)
 	if bar != nil {
 		bar.Close()
 	}
@@ -125,6 +159,10 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	sum := restoreSummary{
 		Step: res.Step, Files: res.Files, Kept: res.Kept, Downloaded: res.Downloaded,
 		Bytes: res.Bytes, BytesDownloaded: res.BytesDownloaded, Seconds: time.Since(start).Seconds(),
+		Selection: selection,
+	}
+	if res.Selection != nil {
+		sum.Selection = fmt.Sprintf("node %d of %d: %s", o.nodeRank, o.nodes, res.Selection)
 	}
 	log.Info("restore finished", zap.Int64("step", sum.Step), zap.Int("files", sum.Files), zap.Int64("bytes_downloaded", sum.BytesDownloaded))
 	if o.json {
@@ -132,5 +170,8 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	}
 	fmt.Fprintf(stdout, "restored step %d from %s into %s: %d files, %s (%d kept, %d downloaded) in %s, all hashes verified\n",
 		res.Step, loc, o.to, res.Files, units.FormatBytes(res.Bytes), res.Kept, res.Downloaded, time.Since(start).Round(time.Millisecond))
+	if sum.Selection != "" {
+		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
+	}
 	return nil
 }

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// startFerry starts ferry in the background; wait collects its result.
+func startFerry(t *testing.T, srv *s3test.Server, args ...string) (cmd *exec.Cmd, wait func() result) {
+	t.Helper()
+	cmd = ferryCmd(t, srv, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, func() result {
+		err := cmd.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("run ferry: %v", err)
+		}
+		return result{code: code, stdout: out.String(), stderr: errb.String()}
+	}
+}
+
+// rankDirs writes the files of a job of nodes x perNode ranks, each node's
+// in its own directory: one file per rank, and a config on every node.
+func rankDirs(t *testing.T, nodes, perNode, size int, step int64) []string {
+	t.Helper()
+	dirs := make([]string, nodes)
+	for k := range nodes {
+		dirs[k] = t.TempDir()
+		for r := k * perNode; r < (k+1)*perNode; r++ {
+			writeFile(t, filepath.Join(dirs[k], fmt.Sprintf("ep0-ba%d-rank%d.pt", step, r)), randomBytes(size, byte(int(step)*7+r)))
+		}
+		writeFile(t, filepath.Join(dirs[k], "config.json"), []byte(`{"lr": 0.1}`))
+	}
+	return dirs
+}
+
+// TestCLIMultiNodeCommitRaces runs three `ferry push --nodes 3` processes
+// at once for each of 20 steps: every step is committed exactly once, by
+// one node, with the manifest any node would compute from the parts.
+func TestCLIMultiNodeCommitRaces(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	st := srv.Store(t, bucket)
+	ctx := context.Background()
+	const nodes, rounds = 3, 20
+	contended := 0
+	for step := int64(1); step <= rounds; step++ {
+		dirs := rankDirs(t, nodes, 1, 100, step)
+		waits := make([]func() result, nodes)
+		for k := range nodes {
+			_, waits[k] = startFerry(t, srv, "push", "--to", url, "--step", fmt.Sprint(step), "--nodes", "3", "--node-rank", fmt.Sprint(k),
+				"--json", "--state-dir", t.TempDir(), dirs[k])
+		}
+		committed, sawManifest := 0, 0
+		for k := range nodes {
+			r := waits[k]().must(t, 0)
+			var ps pushSummary
+			decodeJSON(t, r.stdout, &ps)
+			if ps.Committed {
+				committed++
+			}
+			if !ps.Pending {
+				sawManifest++
+			}
+		}
+		if committed != 1 {
+			t.Fatalf("step %d: %d nodes committed", step, committed)
+		}
+		if sawManifest > 1 {
+			contended++
+		}
+		parts := make([]*manifest.Part, nodes)
+		for k := range nodes {
+			p, err := manifest.GetPart(ctx, st, "run", step, nodes, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts[k] = p
+		}
+		want, err := manifest.MergeParts(parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantBytes, _ := manifest.Encode(want)
+		got := ferry(t, srv, "show", "--from", url, "--step", fmt.Sprint(step)).must(t, 0).stdout
+		if got != string(wantBytes) {
+			t.Fatalf("step %d: committed manifest differs from the merge of its parts:\n%s\nwant\n%s", step, got, wantBytes)
+		}
+	}
+	t.Logf("%d of %d rounds had more than one node find every part", contended, rounds)
+	var rows []stepSummary
+	decodeJSON(t, ferry(t, srv, "list", "--from", url, "--json").must(t, 0).stdout, &rows)
+	if len(rows) != rounds {
+		t.Fatalf("list shows %d steps, want %d", len(rows), rounds)
+	}
+	for _, r := range rows {
+		if r.Files != 4 { // 3 rank files and the shared config, once
+			t.Errorf("step %d has %d files", r.Step, r.Files)
+		}
+	}
+}
+
+// TestCLIMultiNodeKilledNode: node 2 of 3 is killed while uploading step
+// 20; the step stays invisible to list and restore (which returns step
+// 10), and is committed when node 2 runs again.
+func TestCLIMultiNodeKilledNode(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	for _, step := range []int64{10, 20} {
+		dirs := rankDirs(t, 3, 1, 12*mib, step)
+		for k := range 2 {
+			ferry(t, srv, "push", "--to", url, "--step", fmt.Sprint(step), "--nodes", "3", "--node-rank", fmt.Sprint(k), "--part-size", "5MiB", dirs[k]).must(t, 0)
+		}
+		state := t.TempDir()
+		args := []string{"push", "--to", url, "--step", fmt.Sprint(step), "--nodes", "3", "--node-rank", "2", "--part-size", "5MiB", "--state-dir", state}
+		if step == 20 {
+			cmd, wait := startFerry(t, srv, append(args, "--bandwidth", "4MiB/s", dirs[2])...)
+			client := srv.Client(t)
+			waitFor(t, "a whole part of node 2's upload on the server", 20*time.Second, func() bool {
+				key, id := recordedUpload(t, state)
+				if id == "" {
+					return false
+				}
+				parts, err := client.ListParts(context.Background(), &s3.ListPartsInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(id)})
+				return err == nil && len(parts.Parts) > 0 && aws.ToInt64(parts.Parts[0].Size) == 5*mib
+			})
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			wait()
+			var rows []stepSummary
+			decodeJSON(t, ferry(t, srv, "list", "--from", url, "--json").must(t, 0).stdout, &rows)
+			if len(rows) != 1 || rows[0].Step != 10 {
+				t.Fatalf("with node 2 killed, list = %+v; want only step 10", rows)
+			}
+			dst := t.TempDir()
+			var rs restoreSummary
+			decodeJSON(t, ferry(t, srv, "restore", "--from", url, "--to", dst, "--json").must(t, 0).stdout, &rs)
+			if rs.Step != 10 {
+				t.Fatalf("restore took step %d, want 10", rs.Step)
+			}
+		}
+		r := ferry(t, srv, append(args, "--json", dirs[2])...).must(t, 0)
+		var ps pushSummary
+		decodeJSON(t, r.stdout, &ps)
+		if !ps.Committed {
+			t.Fatalf("step %d: node 2's push did not commit: %+v", step, ps)
+		}
+		if step == 20 && ps.PartsReused == 0 {
+			t.Errorf("the restarted node resumed no part: %+v", ps)
+		}
+	}
+	dst := t.TempDir()
+	var rs restoreSummary
+	decodeJSON(t, ferry(t, srv, "restore", "--from", url, "--to", dst, "--json").must(t, 0).stdout, &rs)
+	if rs.Step != 20 || rs.Files != 4 {
+		t.Fatalf("restore after the restart: %+v", rs)
+	}
+}
+
+// TestCLIRestoreOntoOtherClusterSizes pushes a 4-rank job from 2 nodes and
+// restores it onto 1, 2 and 4 nodes, and with --ranks, checking every file.
+func TestCLIRestoreOntoOtherClusterSizes(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	dirs := rankDirs(t, 2, 2, 1000, 5)
+	for k := range 2 {
+		ferry(t, srv, "push", "--to", url, "--step", "5", "--nodes", "2", "--node-rank", fmt.Sprint(k), dirs[k]).must(t, 0)
+	}
+	rankFile := func(r int) string { return fmt.Sprintf("ep0-ba5-rank%d.pt", r) }
+	check := func(dst string, want []int) {
+		t.Helper()
+		for r := range 4 {
+			p := filepath.Join(dst, rankFile(r))
+			data, err := os.ReadFile(p)
+			switch {
+			case slices.Contains(want, r) && err != nil:
+				t.Errorf("%s: rank %d missing: %v", dst, r, err)
+			case slices.Contains(want, r) && !bytes.Equal(data, randomBytes(1000, byte(5*7+r))):
+				t.Errorf("%s: rank %d differs", dst, r)
+			case !slices.Contains(want, r) && err == nil:
+				t.Errorf("%s: rank %d restored, not wanted", dst, r)
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(dst, "config.json")); err != nil || string(data) != `{"lr": 0.1}` {
+			t.Errorf("%s: shared config.json: %q %v", dst, data, err)
+		}
+	}
+	for _, nodes := range []int{1, 2, 4} {
+		per := 4 / nodes
+		for k := range nodes {
+			dst := t.TempDir()
+			var rs restoreSummary
+			decodeJSON(t, ferry(t, srv, "restore", "--from", url, "--to", dst, "--nodes", fmt.Sprint(nodes), "--node-rank", fmt.Sprint(k), "--json").must(t, 0).stdout, &rs)
+			var want []int
+			for r := k * per; r < (k+1)*per; r++ {
+				want = append(want, r)
+			}
+			check(dst, want)
+			if !strings.Contains(rs.Selection, fmt.Sprintf("node %d of %d", k, nodes)) {
+				t.Errorf("selection %q", rs.Selection)
+			}
+		}
+	}
+	dst := t.TempDir()
+	ferry(t, srv, "restore", "--from", url, "--to", dst, "--ranks", "0,2-3").must(t, 0)
+	check(dst, []int{0, 2, 3})
+	r := ferry(t, srv, "restore", "--from", url, "--to", t.TempDir(), "--nodes", "3", "--node-rank", "0").must(t, 1)
+	if !strings.Contains(r.stderr, "do not split evenly over 3 nodes") {
+		t.Errorf("4 ranks onto 3 nodes: %q", r.stderr)
+	}
+	ferry(t, srv, "restore", "--from", url, "--to", t.TempDir(), "--ranks", "0", "--nodes", "2", "--node-rank", "0").must(t, 2)
+}
+
+// TestCLIDedup: a checkpoint whose bytes are 80% unchanged between two
+// steps; the second push sends about 20% of them.
+func TestCLIDedup(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	sizes := map[string]int{"frozen-encoder.pt": 12 * mib, "tokenizer.bin": 4 * mib, "config.json": 2000, "embeddings.pt": 8*mib - 2000, "rank0-optim.pt": 6 * mib}
+	total := 0
+	for name, n := range sizes {
+		writeFile(t, filepath.Join(src, name), randomBytes(n, byte(len(name))))
+		total += n
+	}
+	ferry(t, srv, "push", "--to", url, "--step", "100", "--part-size", "5MiB", src).must(t, 0)
+	writeFile(t, filepath.Join(src, "rank0-optim.pt"), randomBytes(6*mib, 99)) // 20% of the bytes change
+	var ps pushSummary
+	decodeJSON(t, ferry(t, srv, "push", "--to", url, "--step", "200", "--part-size", "5MiB", "--json", src).must(t, 0).stdout, &ps)
+	share := float64(ps.BytesSent) / float64(total)
+	t.Logf("second step: sent %d of %d bytes (%.1f%%), deduplicated %d bytes in %d files", ps.BytesSent, total, 100*share, ps.DedupBytes, ps.DedupFiles)
+	if share < 0.15 || share > 0.30 || ps.DedupFiles != 4 || ps.DedupBytes+ps.BytesSent != int64(total) {
+		t.Fatalf("second push: %+v", ps)
+	}
+	dst := t.TempDir()
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
+}
+
+// TestCLIPrune: --dry-run lists exactly what the real run deletes, and
+// every kept step still restores and verifies.
+func TestCLIPrune(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "frozen.pt"), randomBytes(300_000, 1))
+	for step := 1; step <= 6; step++ {
+		writeFile(t, filepath.Join(src, "weights.pt"), randomBytes(200_000, byte(10+step)))
+		ferry(t, srv, "push", "--to", url, "--step", fmt.Sprint(step*100), src).must(t, 0)
+	}
+	args := []string{"prune", "--from", url, "--keep-last", "2", "--keep-every", "300", "--min-age", "0", "--json"}
+	var dry, real pruneSummary
+	decodeJSON(t, ferry(t, srv, append(args, "--dry-run")...).must(t, 0).stdout, &dry)
+	decodeJSON(t, ferry(t, srv, args...).must(t, 0).stdout, &real)
+	if !dry.DryRun || real.DryRun || len(real.Deleted) == 0 || !slices.Equal(dry.Deleted, real.Deleted) {
+		t.Fatalf("dry run deleted %v\nreal run deleted %v", dry.Deleted, real.Deleted)
+	}
+	if !slices.Equal(real.Kept, []int64{600, 500, 300}) || !slices.Equal(real.Pruned, []int64{400, 200, 100}) {
+		t.Fatalf("kept %v pruned %v", real.Kept, real.Pruned)
+	}
+	var rows []stepSummary
+	decodeJSON(t, ferry(t, srv, "list", "--from", url, "--json").must(t, 0).stdout, &rows)
+	if len(rows) != 3 {
+		t.Fatalf("list after prune: %+v", rows)
+	}
+	for _, r := range rows {
+		ferry(t, srv, "restore", "--from", url, "--to", t.TempDir(), "--step", fmt.Sprint(r.Step)).must(t, 0)
+	}
+	decodeJSON(t, ferry(t, srv, args...).must(t, 0).stdout, &real)
+	if len(real.Deleted) != 0 {
+		t.Errorf("a second prune deleted %v", real.Deleted)
+	}
+	ferry(t, srv, "prune", "--from", url).must(t, 2)
+}
+
+// TestCLIPruneDuringUpload prunes, with the default grace, while a
+// bandwidth-limited push uploads the next step: the push still commits and
+// restores, and the kept step too.
+func TestCLIPruneDuringUpload(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "frozen.pt"), randomBytes(6*mib, 1))
+	for step := 1; step <= 3; step++ {
+		writeFile(t, filepath.Join(src, "weights.pt"), randomBytes(6*mib, byte(10+step)))
+		ferry(t, srv, "push", "--to", url, "--step", fmt.Sprint(step), "--part-size", "5MiB", src).must(t, 0)
+	}
+	writeFile(t, filepath.Join(src, "weights.pt"), randomBytes(12*mib, 20))
+	writeFile(t, filepath.Join(src, "new.pt"), randomBytes(6*mib, 21))
+	state := t.TempDir()
+	_, wait := startFerry(t, srv, "push", "--to", url, "--step", "4", "--part-size", "5MiB", "--bandwidth", "6MiB/s", "--state-dir", state, src)
+	waitFor(t, "the push to upload", 20*time.Second, func() bool { _, id := recordedUpload(t, state); return id != "" })
+	time.Sleep(time.Second) // new.pt (a single PUT) is written by now
+	var p pruneSummary
+	decodeJSON(t, ferry(t, srv, "prune", "--from", url, "--keep-last", "1", "--json").must(t, 0).stdout, &p)
+	if !slices.Equal(p.Pruned, []int64{2, 1}) || len(p.Objects) != 0 {
+		t.Fatalf("prune during the upload: pruned %v, deleted objects %v", p.Pruned, p.Objects)
+	}
+	wait().must(t, 0)
+	dst := t.TempDir()
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
+	ferry(t, srv, "restore", "--from", url, "--to", t.TempDir(), "--step", "3").must(t, 0)
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// nodeFlags are --nodes and --node-rank of push and the agent.
+func nodeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "nodes", EnvVars: []string{"FERRY_NODES"}, Usage: "nodes of the job; a step commits once every node pushed its files (default: SLURM_JOB_NUM_NODES, SLURM_NNODES, torchrun's WORLD_SIZE/LOCAL_WORLD_SIZE, else 1)"},
+		&cli.IntFlag{Name: "node-rank", EnvVars: []string{"FERRY_NODE_RANK"}, Usage: "this node's rank, 0..nodes-1 (default: SLURM_NODEID, torchrun's GROUP_RANK, else 0)"},
+	}
+}
+
+// nodeInfo is which node of how many this process is, and where that came
+// from (for the log: a launcher's variables are easy to inherit by mistake).
+type nodeInfo struct {
+	nodes, rank int
+	source      string
+}
+
+// readNodes resolves --nodes and --node-rank. Each comes from, in order: the
+// flag (or FERRY_NODES / FERRY_NODE_RANK, or the --config file); SLURM
+// (SLURM_JOB_NUM_NODES, else SLURM_NNODES, with SLURM_NODEID); torchrun
+// (WORLD_SIZE / LOCAL_WORLD_SIZE nodes, GROUP_RANK); else 1 node, rank 0.
+// A launcher is used only when it gives both values.
+func readNodes(c *cli.Context, getenv func(string) string) (nodeInfo, error) {
+	n := nodeInfo{nodes: 1, rank: 0, source: "default"}
+	if ln, lr, src, ok := launcherNodes(getenv); ok {
+		n = nodeInfo{nodes: ln, rank: lr, source: src}
+	}
+	explicit := ""
+	if c.IsSet("nodes") {
+		n.nodes, explicit = c.Int("nodes"), "--nodes"
+	}
+	if c.IsSet("node-rank") {
+		n.rank = c.Int("node-rank")
+		explicit += " --node-rank"
+	}
+	if explicit != "" {
+		if n.source != "default" && (!c.IsSet("nodes") || !c.IsSet("node-rank")) {
+			n.source = explicit + " and " + n.source
+		} else {
+			n.source = explicit
+		}
+	}
+	if n.nodes < 1 || n.nodes > manifest.MaxNodes {
+		return nodeInfo{}, usagef("nodes %d (from %s): must be between 1 and %d", n.nodes, n.source, manifest.MaxNodes)
+	}
+	if n.rank < 0 || n.rank >= n.nodes {
+		return nodeInfo{}, usagef("node rank %d of %d nodes (from %s): must be between 0 and %d", n.rank, n.nodes, n.source, n.nodes-1)
+	}
+	return n, nil
+}
+
+// launcherNodes reads the node count and rank a job launcher exported.
+func launcherNodes(getenv func(string) string) (nodes, rank int, source string, ok bool) {
+	atoi := func(name string) (int, bool) {
+		v, err := strconv.Atoi(getenv(name))
+		return v, err == nil
+	}
+	if id, ok := atoi("SLURM_NODEID"); ok {
+		for _, name := range []string{"SLURM_JOB_NUM_NODES", "SLURM_NNODES"} {
+			if nn, ok := atoi(name); ok {
+				return nn, id, fmt.Sprintf("%s=%d and SLURM_NODEID=%d", name, nn, id), true
+			}
+		}
+	}
+	world, ok1 := atoi("WORLD_SIZE")
+	local, ok2 := atoi("LOCAL_WORLD_SIZE")
+	group, ok3 := atoi("GROUP_RANK")
+	if ok1 && ok2 && ok3 && local > 0 && world%local == 0 {
+		return world / local, group, fmt.Sprintf("torchrun's WORLD_SIZE=%d / LOCAL_WORLD_SIZE=%d and GROUP_RANK=%d", world, local, group), true
+	}
+	return 0, 0, "", false
+}
