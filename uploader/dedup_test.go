@@ -254,3 +254,38 @@ func TestPushRejectsBadNodeRank(t *testing.T) {
 		t.Fatal("node rank 2 of 2 accepted")
 	}
 }
+
+// TestPushDedupAcrossStepFolders: layouts that give every step its own
+// folder (checkpoint-100/, checkpoint-200/) still deduplicate unchanged
+// files, matched without the step folder.
+func TestPushDedupAcrossStepFolders(t *testing.T) {
+	dir := t.TempDir()
+	for i, step := range []string{"checkpoint-100", "checkpoint-200"} {
+		writeRandom(t, filepath.Join(dir, step, "tokenizer.json"), 5000, 1)
+		writeRandom(t, filepath.Join(dir, step, "model.safetensors"), 7000, int64(10+i))
+	}
+	mem := store.NewMemStore()
+	for i, step := range []string{"checkpoint-100", "checkpoint-200"} {
+		tree, err := Scan([]string{dir}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var files []LocalFile
+		for _, f := range tree.Files {
+			if strings.HasPrefix(f.RelPath, step+"/") {
+				files = append(files, f)
+			}
+		}
+		res, err := Push(context.Background(), PushOptions{Upload: Options{Store: mem}, Location: "x", Prefix: "run",
+			Step: int64(100 * (i + 1)), Tree: Tree{Files: files}, Root: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(i * 5000); res.Stats.DedupBytes != want {
+			t.Errorf("%s: deduplicated %d bytes, want %d", step, res.Stats.DedupBytes, want)
+		}
+	}
+	if dedupKey("a/b/c", "x/y") != "c" || dedupKey("a", "x") != "" || dedupKey("a/b", "") != "a/b" {
+		t.Error("dedupKey")
+	}
+}

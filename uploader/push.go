@@ -46,6 +46,13 @@ type PushOptions struct {
 	// NoDedup uploads every file, even one unchanged since the previous
 	// committed step.
 	NoDedup bool
+	// Root is the step's own folder within the tree's paths, when the
+	// layout gives each step one (detect.Step.Root, e.g. "checkpoint-200").
+	// Files are then matched with the previous step's after removing as
+	// many leading path elements, so checkpoint-200/tokenizer.json is
+	// compared with checkpoint-100/tokenizer.json. A match only selects a
+	// candidate: the content is always compared by BLAKE3.
+	Root string
 }
 
 // Blob is a small in-memory file pushed with a step.
@@ -141,7 +148,7 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		if opts.Rank != nil {
 			files[i].Rank = opts.Rank(f.RelPath)
 		}
-		if old, ok := reuse[f.RelPath]; ok && old.Size == f.Size {
+		if old, ok := reuse[dedupKey(f.RelPath, opts.Root)]; ok && old.Size == f.Size {
 			files[i].Reuse = &old
 		}
 	}
@@ -269,7 +276,11 @@ func previousFiles(ctx context.Context, opts PushOptions) (map[string]manifest.F
 		if m, err = manifest.Get(ctx, st, opts.Prefix, step); err == nil {
 			out := make(map[string]manifest.File, len(m.Files))
 			for _, f := range m.Files {
-				out[f.Path] = f
+				if k := dedupKey(f.Path, opts.Root); k != "" {
+					if _, dup := out[k]; !dup {
+						out[k] = f
+					}
+				}
 			}
 			return out, nil
 		}
@@ -281,6 +292,22 @@ func previousFiles(ctx context.Context, opts PushOptions) (map[string]manifest.F
 		log.Warn("cannot read the previous step's manifest; uploading every file", zap.Int64("step", opts.Step), zap.Error(err))
 	}
 	return nil, nil
+}
+
+// dedupKey is the path a file is matched on across steps: relPath without
+// as many leading elements as root has ("" when it has no more elements).
+func dedupKey(relPath, root string) string {
+	if root == "" {
+		return relPath
+	}
+	for range strings.Count(strings.Trim(root, "/"), "/") + 1 {
+		_, rest, ok := strings.Cut(relPath, "/")
+		if !ok {
+			return ""
+		}
+		relPath = rest
+	}
+	return relPath
 }
 
 func stateOwner(location string, step int64, nodes, nodeRank int) string {
