@@ -40,13 +40,13 @@ func SocketPath(stateDir string) string {
 }
 
 // ControlServer is a control socket that is bound but not yet serving.
-// Binding first lets the agent fail before it uploads anything when another
-// agent owns the state dir, and report READY only once `ferry status` works.
+// Binding first, before the agent is even built, lets it fail before it
+// touches the state dir or uploads anything when another agent owns the
+// state dir, and report READY only once `ferry status` can connect.
 type ControlServer struct {
 	path  string
 	ln    *net.UnixListener
 	owned os.FileInfo // the socket file we created, to remove only ours
-	c     Controller
 	log   *zap.Logger
 	once  sync.Once
 }
@@ -56,18 +56,18 @@ type ControlServer struct {
 // agent has drained, so that `ferry flush` clients waiting during the drain
 // get their answer.
 func ServeControl(ctx context.Context, path string, c Controller, log *zap.Logger) error {
-	s, err := ListenControl(path, c, log)
+	s, err := ListenControl(path, log)
 	if err != nil {
 		return err
 	}
-	return s.Serve(ctx)
+	return s.Serve(ctx, c)
 }
 
 // ListenControl binds the control socket at path: its directory is made
 // owner-only (0700) and the socket 0600, because anyone who can connect can
 // read the agent's status. A socket file left by a dead agent is replaced;
 // a live agent on it, or a file that is not a socket, is an error.
-func ListenControl(path string, c Controller, log *zap.Logger) (*ControlServer, error) {
+func ListenControl(path string, log *zap.Logger) (*ControlServer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -103,7 +103,7 @@ func ListenControl(path string, c Controller, log *zap.Logger) (*ControlServer, 
 		ln.Close()
 		return nil, fmt.Errorf("control socket %s: make it owner-only: %w", path, err)
 	}
-	return &ControlServer{path: path, ln: ln, owned: owned, c: c, log: log}, nil
+	return &ControlServer{path: path, ln: ln, owned: owned, log: log}, nil
 }
 
 func listenUnix(path string) (*net.UnixListener, error) {
@@ -146,14 +146,16 @@ func socketPathHint(path string) string {
 // Path is the socket's path.
 func (s *ControlServer) Path() string { return s.path }
 
-// Serve answers requests until ctx is cancelled, then returns nil having
-// closed the listener and removed the socket. Requests in flight, such as
-// a long flush, are cancelled with ctx and still answered.
-func (s *ControlServer) Serve(ctx context.Context) error {
+// Serve answers requests from c until ctx is cancelled, then returns nil
+// having closed the listener and removed the socket. Requests in flight,
+// such as a long flush, are cancelled with ctx and still answered. Call it
+// once.
+func (s *ControlServer) Serve(ctx context.Context, c Controller) error {
 	defer s.Close()
+	h := controlHandler{c: c, log: s.log}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/status", s.handleStatus)
-	mux.HandleFunc("/flush", s.handleFlush)
+	mux.HandleFunc("/status", h.status)
+	mux.HandleFunc("/flush", h.flush)
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -199,12 +201,18 @@ func (s *ControlServer) Close() error {
 	return err
 }
 
-func (s *ControlServer) handleStatus(w http.ResponseWriter, r *http.Request) {
+// controlHandler answers the control requests from a Controller.
+type controlHandler struct {
+	c   Controller
+	log *zap.Logger
+}
+
+func (h controlHandler) status(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		http.Error(w, "use GET", http.StatusMethodNotAllowed)
 		return
 	}
-	writeControlJSON(w, http.StatusOK, s.c.Status())
+	writeControlJSON(w, http.StatusOK, h.c.Status())
 }
 
 // flushResponse is the answer to POST /flush.
@@ -215,7 +223,7 @@ type flushResponse struct {
 	Error string `json:"error,omitempty"`
 }
 
-func (s *ControlServer) handleFlush(w http.ResponseWriter, r *http.Request) {
+func (h controlHandler) flush(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "use POST", http.StatusMethodNotAllowed)
 		return
@@ -237,8 +245,8 @@ func (s *ControlServer) handleFlush(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 	start := time.Now()
-	s.log.Info("flush requested", zap.Duration("timeout", timeout))
-	steps, err := s.c.Flush(ctx)
+	h.log.Info("flush requested", zap.Duration("timeout", timeout))
+	steps, err := h.c.Flush(ctx)
 	resp := flushResponse{Committed: err == nil && len(steps) == 0, NotCommitted: steps}
 	switch {
 	case resp.Committed:
@@ -254,7 +262,7 @@ func (s *ControlServer) handleFlush(w http.ResponseWriter, r *http.Request) {
 	if resp.NotCommitted == nil {
 		resp.NotCommitted = []int64{}
 	}
-	s.log.Info("flush answered", zap.Bool("committed", resp.Committed),
+	h.log.Info("flush answered", zap.Bool("committed", resp.Committed),
 		zap.Int64s("not_committed", resp.NotCommitted), zap.Duration("took", time.Since(start)))
 	writeControlJSON(w, http.StatusOK, resp)
 }

@@ -51,13 +51,13 @@ func startControl(t *testing.T, c Controller) (string, <-chan error) {
 
 func serveIn(t *testing.T, dir string, c Controller) <-chan error {
 	t.Helper()
-	s, err := ListenControl(SocketPath(dir), c, zaptest.NewLogger(t))
+	s, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
+	go func() { done <- s.Serve(ctx, c) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -160,13 +160,13 @@ func TestControlFlushClientDisconnect(t *testing.T) {
 func TestControlShutdown(t *testing.T) {
 	fc := &fakeController{flush: waitThenReport(5), flushed: make(chan context.Context, 1)}
 	dir := filepath.Join(t.TempDir(), "state")
-	s, err := ListenControl(SocketPath(dir), fc, zaptest.NewLogger(t))
+	s, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
+	go func() { done <- s.Serve(ctx, fc) }()
 	type result struct {
 		steps []int64
 		err   error
@@ -214,7 +214,7 @@ func TestControlPermissions(t *testing.T) {
 func TestControlSecondAgentRefused(t *testing.T) {
 	want := testStatus()
 	dir, _ := startControl(t, &fakeController{status: want})
-	_, err := ListenControl(SocketPath(dir), &fakeController{}, zaptest.NewLogger(t))
+	_, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
 	if !errors.Is(err, ErrAgentRunning) || !strings.Contains(err.Error(), "another ferry agent is running with state dir "+dir) {
 		t.Fatalf("second ListenControl: %v, want ErrAgentRunning naming %s", err, dir)
 	}
@@ -251,7 +251,7 @@ func TestControlRefusesNonSocket(t *testing.T) {
 	if err := os.WriteFile(SocketPath(dir), []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ListenControl(SocketPath(dir), &fakeController{}, zaptest.NewLogger(t))
+	_, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
 	if err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("ListenControl over a regular file: %v, want a refusal", err)
 	}
@@ -281,5 +281,38 @@ func TestControlBadTimeout(t *testing.T) {
 	err := cl.do(context.Background(), "POST", "/flush?timeout=soon", &v)
 	if err == nil || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("flush?timeout=soon: %v, want 400", err)
+	}
+}
+
+// ServeControl is ListenControl and Serve in one call.
+func TestServeControl(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeControl(ctx, SocketPath(dir), &fakeController{status: testStatus()}, zaptest.NewLogger(t))
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := DialControl(dir).Status(context.Background())
+		if err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("ServeControl returned early: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the control socket never answered: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ServeControl = %v, want nil on cancel", err)
+	}
+	if _, err := os.Lstat(SocketPath(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left behind: %v", err)
 	}
 }

@@ -36,13 +36,13 @@ func (f *fakeAgent) Flush(ctx context.Context) ([]int64, error) {
 func serveAgent(t *testing.T, c agent.Controller) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "state")
-	s, err := agent.ListenControl(agent.SocketPath(dir), c, zaptest.NewLogger(t))
+	s, err := agent.ListenControl(agent.SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
+	go func() { done <- s.Serve(ctx, c) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
