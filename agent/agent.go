@@ -56,6 +56,14 @@ type Options struct {
 	// KeepLocal, when > 0, deletes the local files of committed steps
 	// beyond the KeepLocal newest committed ones. 0 never deletes anything.
 	KeepLocal int
+	// Nodes and NodeRank place this agent in a multi-node job: each node
+	// pushes its files and part manifest, and the node completing the set
+	// commits the step (uploader.PushOptions). 0 or 1 node commits directly.
+	Nodes, NodeRank int
+	// KeepRemote, when > 0, prunes the bucket after each commit this agent
+	// writes, keeping the KeepRemote newest steps (prune.Policy.KeepLast,
+	// default grace periods). 0 never deletes anything remote.
+	KeepRemote int
 	// DrainTimeout bounds how long Run keeps uploading after its context
 	// is cancelled.
 	DrainTimeout time.Duration

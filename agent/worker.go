@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/prune"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -86,7 +87,7 @@ func (a *Agent) cleanupAbandoned(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	for _, n := range todo {
-		if err := uploader.Abandon(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.log); err != nil {
+		if err := uploader.AbandonNode(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.opts.Nodes, a.opts.NodeRank, a.log); err != nil {
 			a.log.Warn("could not clean up an abandoned upload; prune removes what is left", zap.Int64("step", n), zap.Error(err))
 		}
 	}
@@ -123,6 +124,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 			userSent(b)
 		}
 	}
+	uopts.OnDedup = a.opts.Metrics.Dedup
 	ranks := map[string]*int{}
 	tree := uploader.Tree{}
 	for _, f := range step.Files {
@@ -148,8 +150,16 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		StateDir: a.uploadStateDir(),
 		Rank:     func(p string) *int { return ranks[p] },
 		Blobs:    blobs,
+		Nodes:    a.opts.Nodes,
+		NodeRank: a.opts.NodeRank,
+		Root:     step.Root,
 	})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
+	if err == nil && res.Committed && a.opts.KeepRemote > 0 {
+		// Only the writer of a manifest prunes, so N nodes do not all
+		// list the bucket; it runs after the lock below is released.
+		defer a.pruneRemote(ctx)
+	}
 
 	spent := a.requestCounts()
 	a.mu.Lock()
@@ -200,6 +210,23 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	}
 }
 
+// pruneRemote applies --keep-remote to the bucket. A failure is logged
+// and retried after the next commit.
+func (a *Agent) pruneRemote(ctx context.Context) {
+	p, err := prune.Prune(ctx, prune.Options{Store: a.opts.Store, Prefix: a.opts.Prefix,
+		Policy: prune.Policy{KeepLast: a.opts.KeepRemote}, Logger: a.log})
+	if err != nil {
+		if ctx.Err() == nil {
+			a.opts.Metrics.Error("prune")
+			a.log.Warn("keep-remote: prune failed; retried after the next commit", zap.Error(err))
+		}
+		return
+	}
+	if len(p.Pruned) > 0 || len(p.Objects) > 0 {
+		a.log.Info("keep-remote: pruned the bucket", zap.Int64s("steps", p.Pruned), zap.Int("objects", len(p.Objects)), zap.Int64("bytes", p.ObjectBytes))
+	}
+}
+
 // requestCounts snapshots the S3 request counts, if they are counted.
 func (a *Agent) requestCounts() map[string]int64 {
 	if a.opts.Requests == nil {
@@ -211,7 +238,7 @@ func (a *Agent) requestCounts() map[string]int64 {
 // discard abandons an upload attempt whose step is being uploaded again
 // from scratch: the new attempt must not reuse its parts.
 func (a *Agent) discard(ctx context.Context, n int64) {
-	if err := uploader.Abandon(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.log); err != nil {
+	if err := uploader.AbandonNode(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.opts.Nodes, a.opts.NodeRank, a.log); err != nil {
 		a.log.Warn("could not clean up a superseded upload", zap.Int64("step", n), zap.Error(err))
 	}
 }
@@ -243,7 +270,12 @@ func (a *Agent) committedLocked(e *entry, res uploader.PushResult) {
 	}
 	a.opts.Metrics.Committed(n, now.Sub(e.complete))
 	verb := "committed step"
-	if !res.Committed {
+	switch {
+	case res.Pending:
+		// This node's files and part are durable: its work on the step is
+		// done; the last node to finish commits the step.
+		verb = "node's share of the step is durable; the step commits when every node's is"
+	case !res.Committed:
 		verb = "step was already committed with identical content"
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", e.status.Files), zap.Int64("bytes", e.status.Bytes),

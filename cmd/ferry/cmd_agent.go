@@ -40,6 +40,8 @@ type agentOptions struct {
 	expectedRanks int
 	noMarker      bool
 	drainTimeout  time.Duration
+	node          nodeInfo
+	keepRemote    int
 }
 
 func newAgentCommand() *cli.Command {
@@ -68,7 +70,8 @@ func newAgentCommand() *cli.Command {
 			&cli.IntFlag{Name: "expected-ranks", EnvVars: []string{"FERRY_EXPECTED_RANKS"}, Usage: "ranks saving on this node; a step waits for all of them (0: unknown)"},
 			&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
-		}, commonFlags()...),
+			&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
+		}, append(nodeFlags(), commonFlags()...)...),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
@@ -91,8 +94,12 @@ func newAgentCommand() *cli.Command {
 				expectedRanks: c.Int("expected-ranks"),
 				noMarker:      c.Bool("no-marker"),
 				drainTimeout:  c.Duration("drain-timeout"),
+				keepRemote:    c.Int("keep-remote"),
 			}
 			var err error
+			if o.node, err = readNodes(c, os.Getenv); err != nil {
+				return err
+			}
 			if o.partSize, err = sizeFlag(c, "part-size"); err != nil {
 				return err
 			}
@@ -114,6 +121,8 @@ func (o agentOptions) validate() error {
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
 	case o.keepLocal < 0:
 		return usagef("--keep-local %d: must be 0 (keep everything) or more", o.keepLocal)
+	case o.keepRemote < 0:
+		return usagef("--keep-remote %d: must be 0 (keep everything) or more", o.keepRemote)
 	case o.expectedRanks < 0:
 		return usagef("--expected-ranks %d: must be 0 or more", o.expectedRanks)
 	case o.settle <= 0 || o.drainTimeout <= 0:
@@ -144,6 +153,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if o.stateDir == "" {
 		o.stateDir = defaultStateDir()
 	}
+	if o.node.nodes > 1 {
+		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("from", o.node.source))
+	}
 	reg := prometheus.NewRegistry()
 	metrics := agent.NewMetrics(reg)
 	var counters s3store.Counters
@@ -169,6 +181,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth)},
 		StateDir:     o.stateDir,
 		KeepLocal:    o.keepLocal,
+		KeepRemote:   o.keepRemote,
+		Nodes:        o.node.nodes,
+		NodeRank:     o.node.rank,
 		DrainTimeout: o.drainTimeout,
 		Requests:     counters.Snapshot,
 		Metrics:      metrics,
