@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -324,4 +325,36 @@ func TestCLIPruneDuringUpload(t *testing.T) {
 	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
 	sameTree(t, src, dst)
 	ferry(t, srv, "restore", "--from", url, "--to", t.TempDir(), "--step", "3").must(t, 0)
+}
+
+// TestCLIMultiNodeRequestBudget counts what the cross-node commit costs on
+// top of the data uploads, per node and step (the step has a committed
+// predecessor, so dedup reads it): a node that does not complete the set
+// makes 6 requests (manifest GET, own part GET, LIST and GET of the
+// previous manifest, part PUT, one LIST of the parts); the node that
+// completes it 2 more plus one GET per node (manifest HEAD, part GETs,
+// manifest PUT).
+func TestCLIMultiNodeRequestBudget(t *testing.T) {
+	srv := s3test.Shared(t)
+	view, px := srv.WithProxy(t, s3proxy.Config{})
+	url := "s3://" + view.NewBucket(t) + "/run"
+	const nodes = 3
+	for _, step := range []int64{1, 2} {
+		dirs := rankDirs(t, nodes, 1, 1000, step)
+		for k := range nodes {
+			px.Reset()
+			ferry(t, view, "push", "--to", url, "--step", fmt.Sprint(step), "--nodes", fmt.Sprint(nodes), "--node-rank", fmt.Sprint(k), "--state-dir", t.TempDir(), dirs[k]).must(t, 0)
+			b := tally(t, px.Requests(), manifest.DataPrefix("run"))
+			t.Logf("step %d node %d: %v", step, k, b)
+			if step == 1 {
+				continue
+			}
+			want := 6
+			if k == nodes-1 {
+				want += 2 + nodes
+			}
+			within(t, fmt.Sprintf("node %d: requests besides data uploads", k), b.otherTotal(), want)
+			within(t, fmt.Sprintf("node %d: LIST requests", k), b.other[s3proxy.OpListObjectsV2], 2)
+		}
+	}
 }
