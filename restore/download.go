@@ -327,7 +327,7 @@ func (r *restorer) hashBehind(ctx context.Context, t *transfer) (string, error) 
 	defer r.hashBufs.Put(buf)
 	h := blake3.New()
 	size := t.job.file.Size
-	var hashed int64
+	var hashed, flushed int64
 	for {
 		front, ended, err := t.state()
 		if err != nil {
@@ -353,9 +353,17 @@ func (r *restorer) hashBehind(ctx context.Context, t *transfer) (string, error) 
 			hashed += n
 			r.progress(t.job, hashed)
 		}
+		if hashed-flushed >= writebackStep {
+			startWriteback(t.f, flushed, hashed-flushed)
+			flushed = hashed
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// writebackStep is how much verified data accumulates before its writeback
+// to disk is started.
+const writebackStep = 32 << 20
 
 // hashFile returns the BLAKE3 of the first size bytes of f.
 func (r *restorer) hashFile(ctx context.Context, f *os.File, size int64) (string, error) {
