@@ -118,6 +118,9 @@ func Decode(r io.Reader, prefix string) (*Manifest, error) {
 
 // DecodeBytes is Decode over a byte slice.
 func DecodeBytes(data []byte, prefix string) (*Manifest, error) {
+	if err := checkArrayLengths(data); err != nil {
+		return nil, err
+	}
 	var probe struct {
 		Format string `json:"format"`
 	}
