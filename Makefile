@@ -42,6 +42,14 @@ test-r2: tools
 unit:
 	$(GO) test $(GOTEST_FLAGS) -short ./...
 
+## fuzz: a short bounded run of the manifest decoder's fuzz target
+## (FUZZTIME=10m for longer); new failing inputs land in
+## manifest/testdata/fuzz/FuzzDecode and are replayed by `go test` from then on
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./manifest
+
 ## demo: local S3 server, a simulated 2-rank training job, push/agent, restore, verify
 demo: build tools
 	@VERSITYGW=$(VERSITYGW) FERRY=$(BIN)/ferry TRAINSIM=$(BIN)/ferry-trainsim ./scripts/demo.sh
