@@ -60,6 +60,9 @@ type Options struct {
 	// pushes its files and part manifest, and the node completing the set
 	// commits the step (uploader.PushOptions). 0 or 1 node commits directly.
 	Nodes, NodeRank int
+	// Run identifies this incarnation of a multi-node job
+	// (uploader.PushOptions.Run).
+	Run string
 	// KeepRemote, when > 0, prunes the bucket after each commit this agent
 	// writes, keeping the KeepRemote newest steps (prune.Policy.KeepLast,
 	// default grace periods). 0 never deletes anything remote.

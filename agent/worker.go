@@ -152,6 +152,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		Blobs:    blobs,
 		Nodes:    a.opts.Nodes,
 		NodeRank: a.opts.NodeRank,
+		Run:      a.opts.Run,
 		Root:     step.Root,
 	})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)

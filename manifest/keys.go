@@ -61,35 +61,94 @@ func DataPrefix(prefix string) string { return join(prefix, "data/") }
 // PartsPrefix is the key prefix under which node part manifests live.
 func PartsPrefix(prefix string) string { return join(prefix, "parts/") }
 
-// StepPartsPrefix is the key prefix of the part manifests of one step
-// written by a job of the given number of nodes: one LIST page per 1,000
-// nodes returns exactly them. The node count is in the key so that parts
-// left by an earlier run of another size never count towards this one.
-func StepPartsPrefix(prefix string, step int64, nodes int) string {
-	return PartsPrefix(prefix) + StepString(step) + "/" + fmt.Sprintf("of-%05d/", nodes)
+// PartSet names the part manifests that together commit a step: those of
+// one run of an N-node job.
+type PartSet struct {
+	Step  int64
+	Nodes int
+	// Run separates incarnations of a job that may save the same step
+	// twice: a job restarted from an earlier step re-saves later steps
+	// with other content, and its parts must never be merged with parts a
+	// previous incarnation left. Empty when the job has no run identity.
+	Run string
 }
 
-// PartKey is the key of node nodeRank's part manifest of a step.
-func PartKey(prefix string, step int64, nodes, nodeRank int) string {
-	return StepPartsPrefix(prefix, step, nodes) + fmt.Sprintf("node-%05d.json", nodeRank)
+// String names the set for messages.
+func (s PartSet) String() string {
+	if s.Run == "" {
+		return fmt.Sprintf("step %d of %d nodes", s.Step, s.Nodes)
+	}
+	return fmt.Sprintf("step %d of %d nodes, run %s", s.Step, s.Nodes, s.Run)
 }
 
-// ParsePartKey parses a key under PartsPrefix into its step, node count and
-// node rank, reporting false for anything else.
-func ParsePartKey(prefix, key string) (step int64, nodes, nodeRank int, ok bool) {
+// MaxRunLen bounds the length of a run identity.
+const MaxRunLen = 64
+
+// CheckRun accepts a run identity: empty, or 1 to MaxRunLen letters,
+// digits, '.', '_' and '-', not starting with '.'.
+func CheckRun(run string) error {
+	if run == "" {
+		return nil
+	}
+	if len(run) > MaxRunLen || run[0] == '.' {
+		return fmt.Errorf("run %q: want at most %d letters, digits, '.', '_' or '-', not starting with '.'", run, MaxRunLen)
+	}
+	for _, c := range run {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("run %q: want at most %d letters, digits, '.', '_' or '-', not starting with '.'", run, MaxRunLen)
+		}
+	}
+	return nil
+}
+
+// StepPartsPrefix is the key prefix of the parts of a set:
+// P/parts/<step>/[run-<run>/]of-<N>/. One LIST page per 1,000 nodes returns
+// exactly them; the node count and the run are in the key so that parts
+// left by a run of another size, or by an earlier incarnation, never count
+// towards this one.
+func StepPartsPrefix(prefix string, set PartSet) string {
+	p := PartsPrefix(prefix) + StepString(set.Step) + "/"
+	if set.Run != "" {
+		p += "run-" + set.Run + "/"
+	}
+	return p + fmt.Sprintf("of-%05d/", set.Nodes)
+}
+
+// PartKey is the key of node nodeRank's part manifest of a set.
+func PartKey(prefix string, set PartSet, nodeRank int) string {
+	return StepPartsPrefix(prefix, set) + fmt.Sprintf("node-%05d.json", nodeRank)
+}
+
+// ParsePartKey parses a key under PartsPrefix into its set and node rank,
+// reporting false for anything else.
+func ParsePartKey(prefix, key string) (set PartSet, nodeRank int, ok bool) {
 	rest, ok := strings.CutPrefix(key, PartsPrefix(prefix))
-	// <step12>/of-<N5>/node-<K5>.json
-	if !ok || len(rest) != 12+1+8+1+15 || rest[12] != '/' || !strings.HasPrefix(rest[13:], "of-") ||
-		rest[21] != '/' || !strings.HasPrefix(rest[22:], "node-") || !strings.HasSuffix(rest, ".json") {
-		return 0, 0, 0, false
+	if !ok || len(rest) < 13 || rest[12] != '/' {
+		return PartSet{}, 0, false
 	}
-	s, err1 := strconv.ParseInt(rest[:12], 10, 64)
-	n, err2 := strconv.Atoi(rest[16:21])
-	k, err3 := strconv.Atoi(rest[27:32])
-	if err1 != nil || err2 != nil || err3 != nil || s < 0 || n < 1 || k < 0 || k >= n {
-		return 0, 0, 0, false
+	step, err := strconv.ParseInt(rest[:12], 10, 64)
+	if err != nil || step < 0 {
+		return PartSet{}, 0, false
 	}
-	return s, n, k, true
+	rest = rest[13:]
+	var run string
+	if r, ok := strings.CutPrefix(rest, "run-"); ok {
+		run, rest, ok = strings.Cut(r, "/")
+		if !ok || run == "" || CheckRun(run) != nil {
+			return PartSet{}, 0, false
+		}
+	}
+	// of-<N5>/node-<K5>.json
+	if len(rest) != 8+1+15 || !strings.HasPrefix(rest, "of-") || rest[8] != '/' ||
+		!strings.HasPrefix(rest[9:], "node-") || !strings.HasSuffix(rest, ".json") {
+		return PartSet{}, 0, false
+	}
+	n, err1 := strconv.Atoi(rest[3:8])
+	k, err2 := strconv.Atoi(rest[14:19])
+	if err1 != nil || err2 != nil || n < 1 || k < 0 || k >= n {
+		return PartSet{}, 0, false
+	}
+	return PartSet{Step: step, Nodes: n, Run: run}, k, true
 }
 
 // PrunedPrefix is the key prefix under which prune keeps the manifests it

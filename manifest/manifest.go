@@ -6,7 +6,7 @@
 //
 //	P/manifests/<inv>-<step>.json   committed manifest of a step
 //	P/data/<step>/<attempt>/<path>  file objects written by one push attempt
-//	P/parts/<step>/of-<N>/node-<K>.json
+//	P/parts/<step>/[run-<run>/]of-<N>/node-<K>.json
 //	                                part manifest of node K of an N-node job
 //	P/pruned/<inv>-<step>.json      tombstone of a manifest removed by prune
 //

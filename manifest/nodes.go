@@ -17,10 +17,10 @@ import (
 // nodes share, so it carries the protocol:
 //
 //  1. Each node uploads its files, then writes its part manifest
-//     P/parts/<step>/of-<N>/node-<K>.json with a create-only PUT (an
-//     identical part already there counts as written).
-//  2. It lists P/parts/<step>/of-<N>/ (one page per 1,000 nodes). Fewer than
-//     N parts: it is done, a later node commits.
+//     P/parts/<step>/[run-<run>/]of-<N>/node-<K>.json with a create-only PUT
+//     (an identical part already there counts as written).
+//  2. It lists P/parts/<step>/[run-<run>/]of-<N>/ (one page per 1,000
+//     nodes). Fewer than N parts: it is done, a later node commits.
 //  3. All N present: it reads them, merges them deterministically (files
 //     sorted by path, created = the latest part's) and writes the manifest
 //     with a create-only PUT; a 412 with identical content is success.
@@ -32,6 +32,14 @@ import (
 // node writes the same bytes. A node that stops between steps 1 and 3
 // leaves the step uncommitted until it runs again: its part PUT then finds
 // its identical part, and it lists and commits.
+//
+// The run separates incarnations of a job: a job restarted from step 1000
+// re-saves step 1100, usually with other bytes, and must not complete a set
+// with parts its previous incarnation left for 1100 (the merged checkpoint
+// would mix ranks from two trainings). With a run identity per incarnation
+// the sets never mix; without one, a node whose files differ from its own
+// earlier part fails with ErrPartConflict, but a node that had not written
+// one could complete the old set.
 
 // partReaders bounds the part manifests read at once.
 const partReaders = 16
@@ -63,7 +71,7 @@ func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part)
 		return NodeCommit{Part: stored}, err
 	}
 	res := NodeCommit{Part: stored, PartWritten: written}
-	res.Manifest, res.Committed, res.Present, err = CompleteStep(ctx, st, prefix, p.Step, p.Nodes)
+	res.Manifest, res.Committed, res.Present, err = CompleteStep(ctx, st, prefix, p.Set())
 	if err == nil && res.Manifest != nil && !Contains(res.Manifest, p.asManifest()) {
 		return res, fmt.Errorf("commit step %d: %w: it lacks or differs in files of node %d (compare with `ferry show --step %d`)",
 			p.Step, ErrConflict, p.NodeRank, p.Step)
@@ -71,14 +79,18 @@ func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part)
 	return res, err
 }
 
-// CompleteStep commits a step of an N-node job from its part manifests if
-// all N are present. It returns the committed manifest (nil while parts are
+// CompleteStep commits a step from the part manifests of a set if all N
+// are present. It returns the committed manifest (nil while parts are
 // missing), whether this call wrote it, and how many parts it found.
-func CompleteStep(ctx context.Context, st store.Store, prefix string, step int64, nodes int) (m *Manifest, committed bool, present int, err error) {
+func CompleteStep(ctx context.Context, st store.Store, prefix string, set PartSet) (m *Manifest, committed bool, present int, err error) {
+	step, nodes := set.Step, set.Nodes
 	if nodes < 1 || nodes > MaxNodes {
 		return nil, false, 0, fmt.Errorf("commit step %d: %d nodes outside 1..%d", step, nodes, MaxNodes)
 	}
-	ranks, err := listParts(ctx, st, prefix, step, nodes)
+	if err := CheckRun(set.Run); err != nil {
+		return nil, false, 0, fmt.Errorf("commit step %d: %w", step, err)
+	}
+	ranks, err := listParts(ctx, st, prefix, set)
 	if err != nil {
 		return nil, false, 0, err
 	}
@@ -93,7 +105,7 @@ func CompleteStep(ctx context.Context, st store.Store, prefix string, step int64
 	} else if !errors.Is(err, store.ErrNotExist) {
 		return nil, false, nodes, fmt.Errorf("commit step %d: check for its manifest: %w", step, err)
 	}
-	parts, err := readParts(ctx, st, prefix, step, nodes)
+	parts, err := readParts(ctx, st, prefix, set)
 	if err != nil {
 		return nil, false, nodes, err
 	}
@@ -105,33 +117,32 @@ func CompleteStep(ctx context.Context, st store.Store, prefix string, step int64
 	return m, committed, nodes, err
 }
 
-// listParts returns the node ranks whose parts of the step are present.
-func listParts(ctx context.Context, st store.Store, prefix string, step int64, nodes int) (map[int]bool, error) {
+// listParts returns the node ranks whose parts of the set are present.
+func listParts(ctx context.Context, st store.Store, prefix string, set PartSet) (map[int]bool, error) {
 	ranks := map[int]bool{}
-	lp := StepPartsPrefix(prefix, step, nodes)
+	lp := StepPartsPrefix(prefix, set)
 	err := st.List(ctx, lp, "", 0, func(o store.ObjectInfo) error {
-		s, n, k, ok := ParsePartKey(prefix, o.Key)
-		if ok && s == step && n == nodes {
+		if s, k, ok := ParsePartKey(prefix, o.Key); ok && s == set {
 			ranks[k] = true
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("commit step %d: list part manifests under %s: %w", step, lp, err)
+		return nil, fmt.Errorf("commit step %d: list part manifests under %s: %w", set.Step, lp, err)
 	}
 	return ranks, nil
 }
 
-// readParts reads the N parts of a step, a few at a time.
-func readParts(ctx context.Context, st store.Store, prefix string, step int64, nodes int) ([]*Part, error) {
-	parts := make([]*Part, nodes)
+// readParts reads the N parts of a set, a few at a time.
+func readParts(ctx context.Context, st store.Store, prefix string, set PartSet) ([]*Part, error) {
+	parts := make([]*Part, set.Nodes)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(partReaders)
-	for k := range nodes {
+	for k := range set.Nodes {
 		g.Go(func() error {
-			p, err := GetPart(gctx, st, prefix, step, nodes, k)
+			p, err := GetPart(gctx, st, prefix, set, k)
 			if err != nil {
-				return fmt.Errorf("commit step %d: %w", step, err)
+				return fmt.Errorf("commit step %d: %w", set.Step, err)
 			}
 			parts[k] = p
 			return nil
@@ -166,9 +177,9 @@ func MergeParts(parts []*Part) (*Manifest, error) {
 	links := map[string]owned{}
 	var created time.Time
 	for i, p := range sorted {
-		if p.Step != first.Step || p.Nodes != first.Nodes || p.NodeRank != i || p.Nodes != len(sorted) {
-			return nil, fmt.Errorf("merge parts of step %d: part %d is node %d of %d for step %d; want node %d of %d",
-				first.Step, i, p.NodeRank, p.Nodes, p.Step, i, len(sorted))
+		if p.Set() != first.Set() || p.NodeRank != i || p.Nodes != len(sorted) {
+			return nil, fmt.Errorf("merge parts of %s: part %d is node %d of %s; want node %d of %d",
+				first.Set(), i, p.NodeRank, p.Set(), i, len(sorted))
 		}
 		if p.Created.After(created) {
 			created = p.Created

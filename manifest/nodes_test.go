@@ -28,20 +28,38 @@ func nodePart(k, n int) *Part {
 }
 
 func TestPartKeys(t *testing.T) {
-	key := PartKey("run", 100, 3, 1)
+	set := PartSet{Step: 100, Nodes: 3}
+	key := PartKey("run", set, 1)
 	if key != "run/parts/000000000100/of-00003/node-00001.json" {
 		t.Fatalf("PartKey = %q", key)
 	}
-	if !strings.HasPrefix(key, StepPartsPrefix("run", 100, 3)) || strings.HasPrefix(PartKey("run", 100, 30, 1), StepPartsPrefix("run", 100, 3)) {
-		t.Fatal("a step's parts prefix must hold exactly the parts of that node count")
+	other := PartSet{Step: 100, Nodes: 30}
+	withRun := PartSet{Step: 100, Nodes: 3, Run: "job-77.1"}
+	if !strings.HasPrefix(key, StepPartsPrefix("run", set)) || strings.HasPrefix(PartKey("run", other, 1), StepPartsPrefix("run", set)) ||
+		strings.HasPrefix(PartKey("run", withRun, 1), StepPartsPrefix("run", set)) {
+		t.Fatal("a set's prefix must hold exactly the parts of that node count and run")
 	}
-	s, n, k, ok := ParsePartKey("run", key)
-	if !ok || s != 100 || n != 3 || k != 1 {
-		t.Fatalf("ParsePartKey = %d %d %d %v", s, n, k, ok)
+	if got := PartKey("run", withRun, 2); got != "run/parts/000000000100/run-job-77.1/of-00003/node-00002.json" {
+		t.Fatalf("PartKey with run = %q", got)
 	}
-	for _, bad := range []string{"run/parts/000000000100/of-00003/node-00003.json", "run/parts/x", "run/parts/000000000100/of-00000/node-00000.json"} {
-		if _, _, _, ok := ParsePartKey("run", bad); ok {
+	for _, c := range []struct {
+		set  PartSet
+		rank int
+	}{{set, 1}, {withRun, 2}, {other, 29}} {
+		got, k, ok := ParsePartKey("run", PartKey("run", c.set, c.rank))
+		if !ok || got != c.set || k != c.rank {
+			t.Errorf("ParsePartKey(PartKey(%v, %d)) = %v %d %v", c.set, c.rank, got, k, ok)
+		}
+	}
+	for _, bad := range []string{"run/parts/000000000100/of-00003/node-00003.json", "run/parts/x", "run/parts/000000000100/of-00000/node-00000.json",
+		"run/parts/000000000100/run-/of-00003/node-00000.json", "run/parts/000000000100/run-a b/of-00003/node-00000.json"} {
+		if _, _, ok := ParsePartKey("run", bad); ok {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+	for _, bad := range []string{".x", "a/b", "a b", strings.Repeat("x", MaxRunLen+1)} {
+		if CheckRun(bad) == nil {
+			t.Errorf("CheckRun(%q) accepted", bad)
 		}
 	}
 	if s, ok := StepFromPrunedKey("run", PrunedKey("run", 42)); !ok || s != 42 {
@@ -49,9 +67,47 @@ func TestPartKeys(t *testing.T) {
 	}
 }
 
+// TestRunsNeverMix: a restarted job (another run) re-saves step 100 with
+// other content; the parts the first run left never complete its set.
+func TestRunsNeverMix(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemStore()
+	for k := range 2 {
+		p := nodePart(k, 3)
+		p.Run = "job-1.0"
+		if _, err := CommitNodePart(ctx, st, "run", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first run died before node 2 pushed. The second run's nodes 2,
+	// then 0 and 1, with other content.
+	for _, k := range []int{2, 0} {
+		p := nodePart(k, 3)
+		p.Run = "job-1.1"
+		p.Files[0].BLAKE3 = strings.Repeat("f", 64)
+		res, err := CommitNodePart(ctx, st, "run", p)
+		if err != nil || res.Manifest != nil {
+			t.Fatalf("run 2 node %d: %+v %v (a mixed set was committed?)", k, res, err)
+		}
+	}
+	p := nodePart(1, 3)
+	p.Run = "job-1.1"
+	p.Files[0].BLAKE3 = strings.Repeat("f", 64)
+	res, err := CommitNodePart(ctx, st, "run", p)
+	if err != nil || !res.Committed {
+		t.Fatalf("run 2 last node: %+v %v", res, err)
+	}
+	for _, f := range res.Manifest.Files {
+		if f.Path != "config.json" && f.BLAKE3 != strings.Repeat("f", 64) {
+			t.Errorf("%s comes from the first run", f.Path)
+		}
+	}
+}
+
 func TestValidatePartRejects(t *testing.T) {
 	for name, mod := range map[string]func(p *Part){
 		"rank too high": func(p *Part) { p.NodeRank = 3 },
+		"bad run":       func(p *Part) { p.Run = "a/b" },
 		"no nodes":      func(p *Part) { p.Nodes = 0 },
 		"bad path":      func(p *Part) { p.Files[0].Path = "../x" },
 		"bad key":       func(p *Part) { p.Files[0].Key = "other/x" },

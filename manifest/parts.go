@@ -31,6 +31,8 @@ type Part struct {
 	NodeRank int `json:"node_rank"`
 	// Nodes is the number of nodes of the job.
 	Nodes int `json:"nodes"`
+	// Run is the job incarnation the part belongs to (PartSet.Run).
+	Run string `json:"run,omitempty"`
 	// Created is when the part was written (UTC).
 	Created time.Time `json:"created"`
 	// Files lists the node's regular files.
@@ -38,6 +40,9 @@ type Part struct {
 	// Symlinks lists the node's links inside the checkpoint.
 	Symlinks []Symlink `json:"symlinks,omitempty"`
 }
+
+// Set returns the set the part belongs to.
+func (p *Part) Set() PartSet { return PartSet{Step: p.Step, Nodes: p.Nodes, Run: p.Run} }
 
 // asManifest views the part as a manifest, for validation and comparison.
 func (p *Part) asManifest() *Manifest {
@@ -52,6 +57,9 @@ func ValidatePart(p *Part, prefix string) error {
 	}
 	if p.NodeRank < 0 || p.NodeRank >= p.Nodes {
 		return fmt.Errorf("part manifest field node_rank: %d outside 0..%d", p.NodeRank, p.Nodes-1)
+	}
+	if err := CheckRun(p.Run); err != nil {
+		return fmt.Errorf("part manifest field run: %w", err)
 	}
 	if err := Validate(p.asManifest(), prefix); err != nil {
 		return fmt.Errorf("part manifest of node %d: %w", p.NodeRank, err)
@@ -89,13 +97,13 @@ func DecodePart(data []byte, prefix string) (*Part, error) {
 	return &p, nil
 }
 
-// GetPart reads and validates node nodeRank's part manifest of a step of an
-// N-node job. It returns ErrNoPart if the part is absent.
-func GetPart(ctx context.Context, st store.Store, prefix string, step int64, nodes, nodeRank int) (*Part, error) {
-	key := PartKey(prefix, step, nodes, nodeRank)
+// GetPart reads and validates node nodeRank's part manifest of a set. It
+// returns ErrNoPart if the part is absent.
+func GetPart(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (*Part, error) {
+	key := PartKey(prefix, set, nodeRank)
 	rc, err := st.Get(ctx, key, 0, -1)
 	if errors.Is(err, store.ErrNotExist) {
-		return nil, fmt.Errorf("step %d node %d of %d: %w", step, nodeRank, nodes, ErrNoPart)
+		return nil, fmt.Errorf("%s, node %d: %w", set, nodeRank, ErrNoPart)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read part manifest %s: %w", key, err)
@@ -112,9 +120,8 @@ func GetPart(ctx context.Context, st store.Store, prefix string, step int64, nod
 	if err != nil {
 		return nil, fmt.Errorf("part manifest %s: %w", key, err)
 	}
-	if p.Step != step || p.Nodes != nodes || p.NodeRank != nodeRank {
-		return nil, fmt.Errorf("part manifest %s: says step %d node %d of %d, but its key says step %d node %d of %d",
-			key, p.Step, p.NodeRank, p.Nodes, step, nodeRank, nodes)
+	if p.Set() != set || p.NodeRank != nodeRank {
+		return nil, fmt.Errorf("part manifest %s: says %s, node %d, but its key says %s, node %d", key, p.Set(), p.NodeRank, set, nodeRank)
 	}
 	return p, nil
 }
@@ -132,7 +139,7 @@ func PutPart(ctx context.Context, st store.Store, prefix string, p *Part) (store
 	if err != nil {
 		return nil, false, err
 	}
-	key := PartKey(prefix, p.Step, p.Nodes, p.NodeRank)
+	key := PartKey(prefix, p.Set(), p.NodeRank)
 	_, err = st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
 		IfNoneMatch: true,
 		CRC32C:      store.CRC32C(data),
@@ -144,7 +151,7 @@ func PutPart(ctx context.Context, st store.Store, prefix string, p *Part) (store
 	if !errors.Is(err, store.ErrPreconditionFailed) {
 		return nil, false, fmt.Errorf("step %d: write part manifest %s: %w", p.Step, key, err)
 	}
-	prev, err := GetPart(ctx, st, prefix, p.Step, p.Nodes, p.NodeRank)
+	prev, err := GetPart(ctx, st, prefix, p.Set(), p.NodeRank)
 	if err != nil {
 		return nil, false, fmt.Errorf("step %d: read the part manifest already there: %w", p.Step, err)
 	}

@@ -166,10 +166,11 @@ func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool)
 	byStep := map[int64]*stepParts{}
 	var order []int64
 	err := st.List(ctx, manifest.PartsPrefix(prefix), "", 0, func(o store.ObjectInfo) error {
-		step, _, _, ok := manifest.ParsePartKey(prefix, o.Key)
+		set, _, ok := manifest.ParsePartKey(prefix, o.Key)
 		if !ok {
 			return nil
 		}
+		step := set.Step
 		sp := byStep[step]
 		if sp == nil {
 			sp = &stepParts{}

@@ -43,6 +43,10 @@ type PushOptions struct {
 	// part manifest and the step is committed once every node's part is
 	// there (manifest.CommitNodePart); 0 or 1 commits the manifest directly.
 	Nodes, NodeRank int
+	// Run identifies this incarnation of a multi-node job (see
+	// manifest.PartSet): parts of different runs never complete a step
+	// together. Empty when the job has no run identity.
+	Run string
 	// NoDedup uploads every file, even one unchanged since the previous
 	// committed step.
 	NoDedup bool
@@ -103,6 +107,9 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	if opts.Nodes > manifest.MaxNodes || opts.NodeRank < 0 || opts.NodeRank >= opts.Nodes {
 		return PushResult{}, fmt.Errorf("push step %d: node rank %d of %d nodes: want 0 <= rank < nodes <= %d", opts.Step, opts.NodeRank, opts.Nodes, manifest.MaxNodes)
 	}
+	if err := manifest.CheckRun(opts.Run); err != nil {
+		return PushResult{}, fmt.Errorf("push step %d: %w", opts.Step, err)
+	}
 	multi := opts.Nodes > 1
 	st := opts.Upload.Store
 	prev, err := manifest.Get(ctx, st, opts.Prefix, opts.Step)
@@ -113,7 +120,7 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		return PushResult{}, fmt.Errorf("push step %d: check for a committed manifest: %w", opts.Step, err)
 	}
 	if multi {
-		part, err := manifest.GetPart(ctx, st, opts.Prefix, opts.Step, opts.Nodes, opts.NodeRank)
+		part, err := manifest.GetPart(ctx, st, opts.Prefix, partSet(opts), opts.NodeRank)
 		switch {
 		case err == nil:
 			return pushPartWritten(ctx, opts, part)
@@ -218,6 +225,7 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 		Step:     opts.Step,
 		NodeRank: opts.NodeRank,
 		Nodes:    opts.Nodes,
+		Run:      opts.Run,
 		Created:  now,
 		Files:    entries,
 		Symlinks: opts.Tree.Symlinks,
@@ -292,6 +300,10 @@ func previousFiles(ctx context.Context, opts PushOptions) (map[string]manifest.F
 		log.Warn("cannot read the previous step's manifest; uploading every file", zap.Int64("step", opts.Step), zap.Error(err))
 	}
 	return nil, nil
+}
+
+func partSet(opts PushOptions) manifest.PartSet {
+	return manifest.PartSet{Step: opts.Step, Nodes: opts.Nodes, Run: opts.Run}
 }
 
 // dedupKey is the path a file is matched on across steps: relPath without
@@ -400,7 +412,7 @@ func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part)
 		// removal: every upload it records is complete and referenced.
 		_ = os.Remove(statePath(opts.StateDir, stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)))
 	}
-	m, committed, present, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, opts.Step, opts.Nodes)
+	m, committed, present, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, partSet(opts))
 	res := PushResult{Manifest: m, Committed: committed, Pending: err == nil && m == nil, Part: part, PartsPresent: present, Stats: stats}
 	if err != nil {
 		return res, fmt.Errorf("push step %d: %w", opts.Step, err)

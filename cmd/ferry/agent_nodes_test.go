@@ -43,7 +43,7 @@ func checkMergedManifests(t *testing.T, st store.Store, steps []int64) {
 	for _, s := range steps {
 		parts := make([]*manifest.Part, 3)
 		for k := range 3 {
-			p, err := manifest.GetPart(ctx, st, "run", s, 3, k)
+			p, err := manifest.GetPart(ctx, st, "run", manifest.PartSet{Step: s, Nodes: 3}, k)
 			if err != nil {
 				t.Fatalf("step %d: %v", s, err)
 			}
@@ -137,8 +137,8 @@ func TestAgentThreeNodes(t *testing.T) {
 	_ = agents[2].Process.Signal(syscall.SIGKILL)
 	_ = agents[2].Wait()
 	waitFor(t, "nodes 0 and 1 done with step 21", 30*time.Second, func() bool {
-		_, e0 := manifest.GetPart(context.Background(), st, "run", 21, 3, 0)
-		_, e1 := manifest.GetPart(context.Background(), st, "run", 21, 3, 1)
+		_, e0 := manifest.GetPart(context.Background(), st, "run", manifest.PartSet{Step: 21, Nodes: 3}, 0)
+		_, e1 := manifest.GetPart(context.Background(), st, "run", manifest.PartSet{Step: 21, Nodes: 3}, 1)
 		return e0 == nil && e1 == nil
 	})
 	var rows []stepSummary

@@ -154,7 +154,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		o.stateDir = defaultStateDir()
 	}
 	if o.node.nodes > 1 {
-		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("from", o.node.source))
+		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
 	}
 	reg := prometheus.NewRegistry()
 	metrics := agent.NewMetrics(reg)
@@ -184,6 +184,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		KeepRemote:   o.keepRemote,
 		Nodes:        o.node.nodes,
 		NodeRank:     o.node.rank,
+		Run:          o.node.run,
 		DrainTimeout: o.drainTimeout,
 		Requests:     counters.Snapshot,
 		Metrics:      metrics,

@@ -138,7 +138,7 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 	prog := newProgress(stderr, "push", total, !o.remote.Quiet && isTerminal(stderr))
 	start := time.Now()
 	if o.node.nodes > 1 {
-		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("from", o.node.source))
+		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
 	}
 	res, err := uploader.Push(ctx, uploader.PushOptions{
 		Upload: uploader.Options{
@@ -157,6 +157,7 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 		Rank:     detect.RankOf,
 		Nodes:    o.node.nodes,
 		NodeRank: o.node.rank,
+		Run:      o.node.run,
 		NoDedup:  o.noDedup,
 	})
 	prog.Close()
@@ -187,7 +188,7 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 		}
 	}
 	if o.node.nodes > 1 {
-		sum.Part = "s3://" + loc.Bucket + "/" + manifest.PartKey(loc.Prefix, o.step, o.node.nodes, o.node.rank)
+		sum.Part = "s3://" + loc.Bucket + "/" + manifest.PartKey(loc.Prefix, manifest.PartSet{Step: o.step, Nodes: o.node.nodes, Run: o.node.run}, o.node.rank)
 	}
 	log.Info("push finished", zap.Int64("step", sum.Step), zap.Bool("committed", sum.Committed), zap.Bool("pending", sum.Pending),
 		zap.Int64("bytes_sent", sum.BytesSent), zap.Int64("bytes_deduplicated", sum.DedupBytes))

@@ -95,7 +95,7 @@ func TestCLIMultiNodeCommitRaces(t *testing.T) {
 		}
 		parts := make([]*manifest.Part, nodes)
 		for k := range nodes {
-			p, err := manifest.GetPart(ctx, st, "run", step, nodes, k)
+			p, err := manifest.GetPart(ctx, st, "run", manifest.PartSet{Step: step, Nodes: nodes}, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -359,5 +359,41 @@ func TestCLIMultiNodeRequestBudget(t *testing.T) {
 			within(t, fmt.Sprintf("node %d: requests besides data uploads", k), b.otherTotal(), want)
 			within(t, fmt.Sprintf("node %d: LIST requests", k), b.other[s3proxy.OpListObjectsV2], 2)
 		}
+	}
+}
+
+// TestCLIMultiNodeRestartedRun: a 3-node job dies after nodes 0 and 1
+// pushed step 5; restarted from an earlier step (a new run, as SLURM's
+// restart count makes it), it saves step 5 again with other bytes. Node 2
+// pushing first must not complete the set with the dead run's parts.
+func TestCLIMultiNodeRestartedRun(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	push := func(run string, k int, dir string) pushSummary {
+		var ps pushSummary
+		decodeJSON(t, ferry(t, srv, "push", "--to", url, "--step", "5", "--nodes", "3", "--node-rank", fmt.Sprint(k), "--run-id", run,
+			"--json", "--state-dir", t.TempDir(), dir).must(t, 0).stdout, &ps)
+		return ps
+	}
+	old := rankDirs(t, 3, 1, 1000, 5)
+	push("4242.0", 0, old[0])
+	push("4242.0", 1, old[1])
+	fresh := rankDirs(t, 3, 1, 1000, 6) // other bytes, same names below
+	for k := range 3 {
+		if err := os.Rename(filepath.Join(fresh[k], fmt.Sprintf("ep0-ba6-rank%d.pt", k)), filepath.Join(fresh[k], fmt.Sprintf("ep0-ba5-rank%d.pt", k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ps := push("4242.1", 2, fresh[2]); !ps.Pending || ps.PartsPresent != 1 {
+		t.Fatalf("node 2 of the new run: %+v (merged with the dead run's parts?)", ps)
+	}
+	push("4242.1", 0, fresh[0])
+	if ps := push("4242.1", 1, fresh[1]); !ps.Committed {
+		t.Fatalf("last node of the new run: %+v", ps)
+	}
+	dst := t.TempDir()
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	for k := range 3 {
+		sameTree(t, fresh[k], dst)
 	}
 }

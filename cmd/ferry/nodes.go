@@ -14,6 +14,7 @@ func nodeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "nodes", EnvVars: []string{"FERRY_NODES"}, Usage: "nodes of the job; a step commits once every node pushed its files (default: SLURM_JOB_NUM_NODES, SLURM_NNODES, torchrun's WORLD_SIZE/LOCAL_WORLD_SIZE, else 1)"},
 		&cli.IntFlag{Name: "node-rank", EnvVars: []string{"FERRY_NODE_RANK"}, Usage: "this node's rank, 0..nodes-1 (default: SLURM_NODEID, torchrun's GROUP_RANK, else 0)"},
+		&cli.StringFlag{Name: "run-id", EnvVars: []string{"FERRY_RUN_ID"}, Usage: "identity of this incarnation of the job, the same on every node and new at every restart, so that a restarted job never completes a step with parts of the run before (default: SLURM_JOB_ID.SLURM_RESTART_COUNT, else none)"},
 	}
 }
 
@@ -21,10 +22,12 @@ func nodeFlags() []cli.Flag {
 // from (for the log: a launcher's variables are easy to inherit by mistake).
 type nodeInfo struct {
 	nodes, rank int
+	run         string
 	source      string
 }
 
-// readNodes resolves --nodes and --node-rank. Each comes from, in order: the
+// readNodes resolves --nodes, --node-rank and --run-id. Each of the first
+// two comes from, in order: the
 // flag (or FERRY_NODES / FERRY_NODE_RANK, or the --config file); SLURM
 // (SLURM_JOB_NUM_NODES, else SLURM_NNODES, with SLURM_NODEID); torchrun
 // (WORLD_SIZE / LOCAL_WORLD_SIZE nodes, GROUP_RANK); else 1 node, rank 0.
@@ -55,7 +58,28 @@ func readNodes(c *cli.Context, getenv func(string) string) (nodeInfo, error) {
 	if n.rank < 0 || n.rank >= n.nodes {
 		return nodeInfo{}, usagef("node rank %d of %d nodes (from %s): must be between 0 and %d", n.rank, n.nodes, n.source, n.nodes-1)
 	}
+	n.run = c.String("run-id")
+	if !c.IsSet("run-id") {
+		n.run = launcherRun(getenv)
+	}
+	if err := manifest.CheckRun(n.run); err != nil {
+		return nodeInfo{}, usagef("--run-id: %v", err)
+	}
 	return n, nil
+}
+
+// launcherRun is the run identity SLURM gives: the job ID and how many
+// times the job was requeued, so a requeued job is a new run.
+func launcherRun(getenv func(string) string) string {
+	id := getenv("SLURM_JOB_ID")
+	if id == "" || manifest.CheckRun(id) != nil {
+		return ""
+	}
+	restarts := getenv("SLURM_RESTART_COUNT")
+	if _, err := strconv.Atoi(restarts); err != nil {
+		restarts = "0"
+	}
+	return id + "." + restarts
 }
 
 // launcherNodes reads the node count and rank a job launcher exported.

@@ -55,4 +55,22 @@ func TestReadNodes(t *testing.T) {
 	if _, err := nodesFrom(t, []string{"--nodes", "0"}, nil); err == nil {
 		t.Error("0 nodes accepted")
 	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, nil, ""},
+		{nil, map[string]string{"SLURM_JOB_ID": "4242"}, "4242.0"},
+		{nil, map[string]string{"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "2"}, "4242.2"},
+		{[]string{"--run-id", "mine"}, map[string]string{"SLURM_JOB_ID": "4242"}, "mine"},
+	} {
+		n, err := nodesFrom(t, c.args, c.env)
+		if err != nil || n.run != c.want {
+			t.Errorf("run id from %v %v = %q, %v; want %q", c.args, c.env, n.run, err, c.want)
+		}
+	}
+	if _, err := nodesFrom(t, []string{"--run-id", "a/b"}, nil); err == nil {
+		t.Error("run id a/b accepted")
+	}
 }
