@@ -74,12 +74,9 @@ func newLogger(o remoteOptions, w io.Writer) (*zap.Logger, error) {
 
 // openStore parses an s3:// URL and opens the bucket it names.
 func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.Logger, maxConns int) (*s3store.Store, manifest.Location, error) {
-	if url == "" {
-		return nil, manifest.Location{}, usagef("--%s is required (s3://bucket/prefix)", flag)
-	}
-	loc, err := manifest.ParseURL(url)
+	loc, err := parseLocation(flag, url)
 	if err != nil {
-		return nil, manifest.Location{}, usagef("--%s: %v", flag, err)
+		return nil, manifest.Location{}, err
 	}
 	st, err := s3store.New(ctx, s3store.Config{
 		Endpoint: o.Endpoint,
@@ -93,6 +90,18 @@ func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.
 		return nil, manifest.Location{}, err
 	}
 	return st, loc, nil
+}
+
+// parseLocation reads an s3://bucket/prefix flag.
+func parseLocation(flag, url string) (manifest.Location, error) {
+	if url == "" {
+		return manifest.Location{}, usagef("--%s is required (s3://bucket/prefix)", flag)
+	}
+	loc, err := manifest.ParseURL(url)
+	if err != nil {
+		return manifest.Location{}, usagef("--%s: %v", flag, err)
+	}
+	return loc, nil
 }
 
 // defaultStateDir is where resume state lives unless --state-dir says
