@@ -211,7 +211,7 @@ func TestAgentSurvivesSIGKILL(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := waitExit(t, cmd.Cmd, 2*time.Minute); err != nil {
 		t.Fatalf("agent after SIGTERM: %v", err)
 	}
 	if n := proxy.manifestWrites.Load(); n != int64(len(steps)) {
@@ -252,10 +252,55 @@ func TestAgentSIGTERMDrains(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := waitExit(t, cmd.Cmd, 2*time.Minute); err != nil {
 		t.Fatalf("agent exit after SIGTERM: %v, want 0", err)
 	}
 	if got := committed(t, st, "run"); len(got) != 1 || got[0] != 11 {
 		t.Fatalf("after the drain committed = %v, want [11]", got)
+	}
+}
+
+func TestSecondAgentOnSameStateDirFails(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	watch, state := t.TempDir(), t.TempDir()
+	args := []string{"--watch", watch, "--to", "s3://" + bucket + "/run", "--state-dir", state, "--metrics-addr", "off"}
+	first := startAgentProcess(t, srv.Env(), args...)
+	waitFor(t, "the first agent's socket", 30*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(state, "agent.sock"))
+		return err == nil
+	})
+	done := make(chan result, 1)
+	go func() { done <- run(t, ferryCmd(t, srv, append([]string{"agent"}, args...)...)) }()
+	select {
+	case r := <-done:
+		if r.code != 1 || !strings.Contains(r.stderr, "another ferry agent is running") {
+			t.Fatalf("second agent: exit %d, stderr %q", r.code, r.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second agent on the same state dir did not exit")
+	}
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(t, first.Cmd, 2*time.Minute); err != nil {
+		t.Fatalf("first agent: %v", err)
+	}
+}
+
+// waitExit waits for cmd to exit, killing it and failing t after d: a hung
+// agent must fail its test, not stall the whole run.
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("process did not exit within %v", d)
+		return nil
 	}
 }

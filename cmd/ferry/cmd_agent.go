@@ -171,6 +171,13 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Bind the control socket first: a second agent on the same state dir
+	// must fail here, before it touches the journal or the upload state.
+	ctl, err := agent.ListenControl(agent.SocketPath(o.stateDir), log)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
 	a, err := agent.New(agent.Options{
 		Store: st, Prefix: loc.Prefix, URL: loc.String(),
 		Detect: detect.Options{
@@ -204,7 +211,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	srvCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServers()
 	g, gctx := errgroup.WithContext(srvCtx)
-	g.Go(func() error { return agent.ServeControl(gctx, agent.SocketPath(o.stateDir), a, log) })
+	g.Go(func() error { return ctl.Serve(gctx, a) })
 	if o.metricsAddr != "" && o.metricsAddr != "off" {
 		g.Go(func() error { return agent.ServeMetrics(gctx, o.metricsAddr, reg, func() error { return nil }, log) })
 	}
@@ -229,18 +236,25 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	})
 	g.Go(func() error { return watchdog(gctx) })
 
+	// Run stops when ctx is cancelled (a signal) or when a server fails.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(ctx) }()
-	sdnotify.Ready()
+	go func() { runErr <- a.Run(runCtx) }()
+	_ = sdnotify.Ready()
 	var err2 error
 	select {
 	case err2 = <-runErr:
+	case <-runCtx.Done():
+		_ = sdnotify.Stopping() // the drain begins
+		err2 = <-runErr
 	case <-gctx.Done():
-		// A server failed (e.g. another agent owns the socket): stop.
+		// A server failed (e.g. the metrics port is taken): stop at once.
+		stopRun()
 		a.Abort()
 		err2 = <-runErr
 	}
-	sdnotify.Stopping()
+	_ = sdnotify.Stopping()
 	stopServers()
 	if gerr := g.Wait(); gerr != nil && err2 == nil {
 		err2 = gerr
