@@ -300,7 +300,7 @@ func (a *Agent) handle(ev detect.Event) {
 		}
 		a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(ev.Step.Files)), zap.Int64("bytes", ev.Step.TotalBytes()))
 	case detect.Deleted:
-		if e == nil || e.status.State == StateCommitted || e.status.State == StateAbandoned {
+		if e == nil || e.status.State == StateCommitted || e.status.State == StateNodeDone || e.status.State == StateAbandoned {
 			return
 		}
 		reason := "deleted by the trainer"
@@ -386,7 +386,9 @@ func (a *Agent) unfinished() []int64 {
 func (a *Agent) lastCommitted() int64 {
 	last := int64(-1)
 	for _, e := range a.journal.entries() {
-		last = max(last, e.Step)
+		if !e.Pending {
+			last = max(last, e.Step)
+		}
 	}
 	a.mu.Lock()
 	for n, e := range a.steps {

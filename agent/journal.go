@@ -42,6 +42,9 @@ type committedEntry struct {
 	Files     []localFile `json:"files"`
 	// Removed is set once --keep-local deleted the step's local files.
 	Removed bool `json:"removed,omitempty"`
+	// Pending is set when only this node's share was durable (multi-node)
+	// and the step's manifest was not yet seen.
+	Pending bool `json:"pending,omitempty"`
 }
 
 type localFile struct {
@@ -101,6 +104,18 @@ func (j *journal) entries() []committedEntry {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return append([]committedEntry(nil), j.data.Committed...)
+}
+
+// markCommitted clears Pending once the step's manifest was seen.
+func (j *journal) markCommitted(step int64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i := range j.data.Committed {
+		if j.data.Committed[i].Step == step {
+			j.data.Committed[i].Pending = false
+		}
+	}
+	return j.saveLocked()
 }
 
 func (j *journal) markRemoved(step int64) error {

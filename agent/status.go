@@ -16,6 +16,9 @@ const (
 	StateUploading StepState = "uploading"
 	// StateCommitted: the manifest is written; the step is durable.
 	StateCommitted StepState = "committed"
+	// StateNodeDone: multi-node only: this node's files and part manifest
+	// are durable; the step commits when every node's part is there.
+	StateNodeDone StepState = "node-done"
 	// StateFailed: the last attempt failed; it is retried with backoff.
 	StateFailed StepState = "failed"
 	// StateAbandoned: the trainer deleted the step before it was durable.

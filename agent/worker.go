@@ -258,9 +258,12 @@ func (a *Agent) committedLocked(e *entry, res uploader.PushResult) {
 	n := e.status.Step
 	now := time.Now()
 	e.status.State = StateCommitted
+	if res.Pending {
+		e.status.State = StateNodeDone
+	}
 	e.status.Committed = now.UTC()
 	e.status.Error = ""
-	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC()}
+	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC(), Pending: res.Pending}
 	for _, f := range e.step.Files {
 		ce.Files = append(ce.Files, localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()})
 	}
@@ -302,6 +305,11 @@ func (a *Agent) keepLocal() {
 		return
 	}
 	for _, e := range live[:len(live)-a.opts.KeepLocal] {
+		if e.Pending && !a.stepCommitted(e.Step) {
+			// Only this node's share is durable; the step is not
+			// restorable until every node's is. Keep its files.
+			continue
+		}
 		removed := 0
 		for _, f := range e.Files {
 			p := filepath.Join(a.opts.Detect.Dir, filepath.FromSlash(f.Path))
@@ -323,6 +331,20 @@ func (a *Agent) keepLocal() {
 		}
 		a.log.Info("keep-local: deleted local files of a committed step", zap.Int64("step", e.Step), zap.Int("files", removed))
 	}
+}
+
+// stepCommitted checks the bucket for a step's manifest (one HEAD), for a
+// step that only this node's share of was known to be durable.
+func (a *Agent) stepCommitted(step int64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := a.opts.Store.Head(ctx, manifest.ManifestKey(a.opts.Prefix, step)); err != nil {
+		return false
+	}
+	if err := a.journal.markCommitted(step); err != nil {
+		a.log.Warn("keep-local: could not update the journal", zap.Error(err))
+	}
+	return true
 }
 
 // removeEmptyDirs removes root/rel and its sub-folders if they are empty,

@@ -59,7 +59,9 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 	var committed, abandoned int
 	for _, s := range st.Steps {
 		switch s.State {
-		case agent.StateCommitted:
+		case agent.StateCommitted, agent.StateNodeDone:
+			// node-done: this node's share is durable; the step commits
+			// when the other nodes' shares are.
 			committed++
 		case agent.StateAbandoned:
 			abandoned++
