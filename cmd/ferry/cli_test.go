@@ -43,6 +43,12 @@ func TestCLIRoundTrip(t *testing.T) {
 	if !ps.Committed || ps.Files != len(sizes) {
 		t.Fatalf("push summary %+v", ps)
 	}
+	// The summary counts requests: 4 single PUTs (files up to the part
+	// size) plus the manifest, and 2 multipart files of 2 and 4 parts.
+	req := ps.Requests
+	if req["PutObject"] != 5 || req["CreateMultipartUpload"] != 2 || req["UploadPart"] != 6 || req["CompleteMultipartUpload"] != 2 {
+		t.Errorf("push requests %v", req)
+	}
 
 	r = ferry(t, srv, "list", "--from", url, "--json").must(t, 0)
 	var rows []stepSummary
@@ -76,7 +82,12 @@ func TestCLIRoundTrip(t *testing.T) {
 	}
 
 	dst := filepath.Join(t.TempDir(), "restored")
-	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	r = ferry(t, srv, "restore", "--from", url, "--to", dst, "--json").must(t, 0)
+	var rs restoreSummary
+	decodeJSON(t, r.stdout, &rs)
+	if rs.Requests["ListObjectsV2"] != 1 || rs.Requests["HeadObject"] != 0 || rs.Requests["GetObject"] < 6 {
+		t.Errorf("restore requests %v: want one listing, no HEAD, GETs for the manifest and data", rs.Requests)
+	}
 	sameTree(t, src, dst)
 	if target, err := os.Readlink(filepath.Join(dst, "latest.bin")); err != nil || target != "part.bin" {
 		t.Errorf("restored symlink latest.bin -> %q, %v", target, err)

@@ -49,7 +49,7 @@ func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0)
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0, nil)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func runPrune(ctx context.Context, o pruneOptions, stdout, stderr io.Writer) err
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0)
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0, nil)
 	if err != nil {
 		return err
 	}

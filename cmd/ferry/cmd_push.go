@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
@@ -94,6 +95,8 @@ type pushSummary struct {
 	Pending      bool   `json:"pending,omitempty"`
 	PartsPresent int    `json:"parts_present,omitempty"`
 	Part         string `json:"part,omitempty"`
+	// Requests counts the S3 requests made, by operation, retries included.
+	Requests map[string]int64 `json:"requests"`
 }
 
 func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error {
@@ -119,7 +122,8 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
-	st, loc, err := openStore(ctx, o.remote, "to", o.to, log, o.concurrency+4)
+	var counters s3store.Counters
+	st, loc, err := openStore(ctx, o.remote, "to", o.to, log, o.concurrency+4, &counters)
 	if err != nil {
 		return err
 	}
@@ -178,6 +182,7 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 		NodeRank:     o.node.rank,
 		Pending:      res.Pending,
 		PartsPresent: res.PartsPresent,
+		Requests:     counters.Snapshot(),
 	}
 	if res.Manifest != nil {
 		sum.Files, sum.Bytes = len(res.Manifest.Files), res.Manifest.TotalBytes()

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/restore"
@@ -75,6 +76,8 @@ type restoreSummary struct {
 	Seconds         float64 `json:"seconds"`
 	// Selection says which files were selected with --ranks or --nodes.
 	Selection string `json:"selection,omitempty"`
+	// Requests counts the S3 requests made, by operation, retries included.
+	Requests map[string]int64 `json:"requests"`
 }
 
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
@@ -103,7 +106,8 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency+4)
+	var counters s3store.Counters
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency+4, &counters)
 	if err != nil {
 		return err
 	}
@@ -148,7 +152,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	}
 	if errors.Is(err, manifest.ErrNoCheckpoint) && o.allowEmpty {
 		if o.json {
-			return printJSON(stdout, restoreSummary{Step: -1, Empty: true})
+			return printJSON(stdout, restoreSummary{Step: -1, Empty: true, Requests: counters.Snapshot()})
 		}
 		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", loc)
 		return nil
@@ -160,6 +164,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		Step: res.Step, Files: res.Files, Kept: res.Kept, Downloaded: res.Downloaded,
 		Bytes: res.Bytes, BytesDownloaded: res.BytesDownloaded, Seconds: time.Since(start).Seconds(),
 		Selection: selection,
+		Requests:  counters.Snapshot(),
 	}
 	if res.Selection != nil {
 		sum.Selection = fmt.Sprintf("node %d of %d: %s", o.nodeRank, o.nodes, res.Selection)

@@ -38,7 +38,7 @@ func runShow(ctx context.Context, o showOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0)
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0, nil)
 	if err != nil {
 		return err
 	}

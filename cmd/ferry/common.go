@@ -73,7 +73,8 @@ func newLogger(o remoteOptions, w io.Writer) (*zap.Logger, error) {
 }
 
 // openStore parses an s3:// URL and opens the bucket it names.
-func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.Logger, maxConns int) (*s3store.Store, manifest.Location, error) {
+// Requests are counted in counters when it is not nil.
+func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.Logger, maxConns int, counters *s3store.Counters) (*s3store.Store, manifest.Location, error) {
 	loc, err := parseLocation(flag, url)
 	if err != nil {
 		return nil, manifest.Location{}, err
@@ -85,6 +86,11 @@ func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.
 		Bucket:   loc.Bucket,
 		MaxConns: maxConns,
 		Logger:   log,
+		OnRequest: func(op string) {
+			if counters != nil {
+				counters.Count(op)
+			}
+		},
 	})
 	if err != nil {
 		return nil, manifest.Location{}, err
