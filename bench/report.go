@@ -105,15 +105,6 @@ func (r *report) describeTools(ts *toolset, names []string) {
 	}
 }
 
-func (r *report) verifies(tool string) bool {
-	for _, t := range r.Tools {
-		if t.Name == tool {
-			return t.Verifies
-		}
-	}
-	return false
-}
-
 // finish computes the summaries and checks the targets.
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
