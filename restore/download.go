@@ -294,7 +294,9 @@ func copyAt(ctx context.Context, t *transfer, i int, body io.Reader, pos, end in
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, rerr := body.Read(buf)
+		// Fill the buffer before writing: fewer, larger writes, and less
+		// contention on the file's inode lock among the workers.
+		n, rerr := fill(body, buf)
 		if n > 0 {
 			if pos+int64(n) > end {
 				return total, errTooLong
@@ -316,6 +318,20 @@ func copyAt(ctx context.Context, t *transfer, i int, body io.Reader, pos, end in
 			return total, rerr
 		}
 	}
+}
+
+// fill reads into buf until it is full or the reader returns an error
+// (io.EOF included), which it returns unchanged with the bytes read.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // hashBehind hashes t's temp file as the frontier advances, so hashing
