@@ -42,13 +42,10 @@ func startCountingProxy(t *testing.T, target string) *countingProxy {
 		t.Fatal(err)
 	}
 	p := &countingProxy{}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	orig := rp.Director
-	rp.Director = func(r *http.Request) {
-		host := r.Host // keep the Host the client signed
-		orig(r)
-		r.Host = host
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(u)
+		pr.Out.Host = pr.In.Host // keep the Host the client signed
+	}}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		r := resp.Request
 		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") && resp.StatusCode == http.StatusOK {
