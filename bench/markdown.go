@@ -36,6 +36,7 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 	}
+	r.requestsMarkdown(&b)
 	if len(r.RSS) > 0 {
 		p("## ferry push peak RSS by file size (one file, default settings)\n\n")
 		p("| file | wall s | MiB/s | client CPU s/GiB | peak RSS MiB | server CPU s |\n|---|---:|---:|---:|---:|---:|\n")

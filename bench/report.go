@@ -31,6 +31,7 @@ type report struct {
 	B3sumVersion string               `json:"b3sum_version,omitempty"`
 	Agent        string               `json:"agent,omitempty"`
 	AgentResult  *agentResult         `json:"agent_result,omitempty"`
+	Requests     []requestCount       `json:"requests,omitempty"`
 	Targets      []target             `json:"targets"`
 	Profiles     map[string]string    `json:"profiles,omitempty"`
 	Notes        []string             `json:"notes,omitempty"`

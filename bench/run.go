@@ -83,6 +83,11 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 	}
+	if phases := countPhases(cfg); len(phases) > 0 {
+		if err := b.countRequests(ctx, phases); err != nil {
+			b.rep.note("request counts failed: %v", err)
+		}
+	}
 	if cfg.perfProfile && b.dataDir != "" {
 		if err := b.profile(ctx); err != nil {
 			b.rep.note("perf profile failed: %v", err)
@@ -141,4 +146,15 @@ func fmtSize(n int64) string {
 	default:
 		return fmt.Sprintf("%dB", n)
 	}
+}
+
+// countPhases lists the compared phases whose request counts are taken.
+func countPhases(cfg config) []string {
+	var out []string
+	for _, p := range []string{"upload", "restore"} {
+		if cfg.has(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
