@@ -106,6 +106,7 @@ type entry struct {
 	step     detect.Step
 	complete time.Time // when the step was found complete on disk
 	nextTry  time.Time
+	lastTry  time.Time          // when the last upload attempt started
 	cancel   context.CancelFunc // set while uploading
 	deleted  bool               // the trainer removed or changed it mid-upload
 	cleanup  bool               // abandoned: its upload state must be discarded

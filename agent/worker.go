@@ -28,11 +28,6 @@ func (a *Agent) work(ctx context.Context) {
 		if a.draining.Load() && len(a.unfinished()) == 0 {
 			return
 		}
-		if a.draining.Load() && wait < 0 {
-			// Only failed steps remain and none is due: while draining
-			// retry them now rather than sleeping out the backoff.
-			wait = 0
-		}
 		var timer *time.Timer
 		var due <-chan time.Time
 		if wait >= 0 {
@@ -62,7 +57,17 @@ func (a *Agent) next() (*entry, time.Duration) {
 		if e.status.State != StatePending && e.status.State != StateFailed {
 			continue
 		}
-		if d := e.nextTry.Sub(now); d > 0 && !a.draining.Load() {
+		due := e.nextTry
+		if a.draining.Load() {
+			// While draining, retry a failed step rather than sleeping
+			// out its backoff, but not back to back: a step the server
+			// refuses at once (403) would be sent again and again until
+			// the drain timeout.
+			if soon := e.lastTry.Add(a.opts.RetryMin); soon.Before(due) {
+				due = soon
+			}
+		}
+		if d := due.Sub(now); d > 0 {
 			if wait < 0 || d < wait {
 				wait = d
 			}
@@ -100,6 +105,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	a.mu.Lock()
 	n := e.status.Step
 	e.cancel = cancel
+	e.lastTry = time.Now()
 	e.status.State = StateUploading
 	e.status.Attempts++
 	e.status.Error = ""
