@@ -91,7 +91,9 @@ func ResolveEndpoint(flag string) string {
 type Store struct {
 	client *s3.Client
 	bucket string
-	log    *zap.Logger
+	// endpoint is the resolved endpoint ("" for AWS S3), for error messages.
+	endpoint string
+	log      *zap.Logger
 }
 
 // New builds a Store from cfg. It makes no request: a missing bucket or bad
@@ -154,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.ContinueHeaderThresholdBytes = -1
 		o.APIOptions = append(o.APIOptions, addAttemptMiddleware(cfg.OnRequest, log))
 	})
-	return &Store{client: client, bucket: cfg.Bucket, log: log}, nil
+	return &Store{client: client, bucket: cfg.Bucket, endpoint: endpoint, log: log}, nil
 }
 
 // Bucket returns the bucket the store writes to.

@@ -3,7 +3,9 @@ package s3store
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/ferrylabs/ferry/internal/store"
@@ -73,8 +75,15 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 	switch {
 	case code == "NoSuchBucket":
 		return &storeError{
-			msg:     fmt.Sprintf("%s: bucket %q does not exist", what, s.bucket),
+			msg: fmt.Sprintf("%s: bucket %q does not exist at %s: create it, or fix the bucket in the s3:// URL or the endpoint",
+				what, s.bucket, s.endpointName()),
 			targets: []error{ErrNoSuchBucket, store.ErrNotExist},
+			cause:   err,
+		}
+	case wrongRegionCodes[code]:
+		return &storeError{
+			msg:     fmt.Sprintf("%s: wrong region (%s: %s): set --region or AWS_REGION to the bucket's region", what, code, serverMessage(err)),
+			targets: []error{ErrAccessDenied},
 			cause:   err,
 		}
 	case accessDeniedCodes[code] || status == http.StatusForbidden:
@@ -98,6 +107,11 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 			targets: []error{store.ErrPreconditionFailed},
 			cause:   err,
 		}
+	case status == 0 && isDialError(err):
+		return &storeError{
+			msg:   fmt.Sprintf("%s: cannot connect to %s (%v): check --endpoint or S3_ENDPOINT_URL, and that the server is up", what, s.endpointName(), dialCause(err)),
+			cause: err,
+		}
 	case status == 0 && (strings.Contains(err.Error(), "failed to retrieve credentials") ||
 		strings.Contains(err.Error(), "failed to refresh cached credentials")):
 		return &storeError{
@@ -115,6 +129,14 @@ func (s *Store) accessDenied(err error, what, code string) error {
 	if reason == "" {
 		reason = "HTTP 403"
 	}
+	if code == "ExpiredToken" || code == "TokenRefreshRequired" {
+		return &storeError{
+			msg: fmt.Sprintf("%s: the credentials have expired (%s): renew them (a new AWS_SESSION_TOKEN, "+
+				"or log in again for AWS_PROFILE)", what, code),
+			targets: []error{ErrAccessDenied},
+			cause:   err,
+		}
+	}
 	return &storeError{
 		msg: fmt.Sprintf("%s: access denied (%s): check the credentials (AWS_ACCESS_KEY_ID and "+
 			"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and their permissions on bucket %q", what, reason, s.bucket),
@@ -130,4 +152,54 @@ func errorCode(err error) string {
 		return apiErr.ErrorCode()
 	}
 	return ""
+}
+
+// wrongRegionCodes are the error codes of a request signed for another
+// region than the bucket's (S3 answers a path-style request to a bucket of
+// another region with 301 PermanentRedirect).
+var wrongRegionCodes = map[string]bool{
+	"AuthorizationHeaderMalformed":       true,
+	"AuthorizationQueryParametersError":  true,
+	"PermanentRedirect":                  true,
+	"IllegalLocationConstraintException": true,
+	"InvalidRegion":                      true,
+}
+
+// serverMessage returns the server's error message, which for a wrong
+// region names the region expected.
+func serverMessage(err error) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorMessage() != "" {
+		return apiErr.ErrorMessage()
+	}
+	return "the server gave no message"
+}
+
+// endpointName names the endpoint for messages.
+func (s *Store) endpointName() string {
+	if s.endpoint == "" {
+		return "AWS S3"
+	}
+	return s.endpoint
+}
+
+// isDialError reports whether err is a failure to open a connection.
+func isDialError(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// dialCause returns the reason a connection failed ("connection refused").
+func dialCause(err error) error {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		if sys := opErr.Err; sys != nil {
+			var se *os.SyscallError
+			if errors.As(sys, &se) {
+				return se.Err
+			}
+			return sys
+		}
+	}
+	return err
 }
