@@ -109,30 +109,6 @@ func (h *harness) committedSteps() []int64 {
 	return steps
 }
 
-// checkManifestsComplete fails if any committed manifest names an object
-// that is missing or of the wrong size.
-func checkManifestsComplete(ctx context.Context, st store.Store, prefix string) error {
-	steps, err := manifest.Steps(ctx, st, prefix, 0)
-	if err != nil {
-		return err
-	}
-	for _, n := range steps {
-		m, err := manifest.Get(ctx, st, prefix, n)
-		if err != nil {
-			return err
-		}
-		for _, f := range m.Files {
-			info, err := st.Head(ctx, f.Key)
-			if err != nil {
-				return fmt.Errorf("step %d: %s: %w", n, f.Path, err)
-			}
-			if info.Size != f.Size {
-				return fmt.Errorf("step %d: %s is %d bytes, manifest says %d", n, f.Path, info.Size, f.Size)
-			}
-		}
-	}
-	return nil
-}
 
 func TestAgentUploadsSlowTrainer(t *testing.T) {
 	h := startAgent(t, func(o *Options) { o.Detect.ExpectedRanks = 2 })
@@ -145,7 +121,7 @@ func TestAgentUploadsSlowTrainer(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if err := checkManifestsComplete(ctx, h.st, h.prefix); err != nil && ctx.Err() == nil && violation == nil {
+			if err := manifest.CheckObjects(ctx, h.st, h.prefix); err != nil && ctx.Err() == nil && violation == nil {
 				violation = err
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -149,28 +148,6 @@ func committed(t *testing.T, st store.Store, prefix string) []int64 {
 	return steps
 }
 
-// checkCommittedComplete fails when a committed manifest names an object
-// that is missing or of the wrong size.
-func checkCommittedComplete(st store.Store, prefix string) error {
-	ctx := context.Background()
-	steps, err := manifest.Steps(ctx, st, prefix, 0)
-	if err != nil {
-		return err
-	}
-	for _, n := range steps {
-		m, err := manifest.Get(ctx, st, prefix, n)
-		if err != nil {
-			return err
-		}
-		for _, f := range m.Files {
-			info, err := st.Head(ctx, f.Key)
-			if err != nil || info.Size != f.Size {
-				return fmt.Errorf("step %d is committed but %s is missing or short (%v)", n, f.Path, err)
-			}
-		}
-	}
-	return nil
-}
 
 func TestAgentSurvivesSIGKILL(t *testing.T) {
 	srv := s3test.Shared(t)
@@ -300,4 +277,10 @@ func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 		t.Fatalf("process did not exit within %v", d)
 		return nil
 	}
+}
+
+// checkCommittedComplete fails when a committed manifest names an object
+// that is missing or of the wrong size.
+func checkCommittedComplete(st store.Store, prefix string) error {
+	return manifest.CheckObjects(context.Background(), st, prefix)
 }
