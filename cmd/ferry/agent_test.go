@@ -148,7 +148,6 @@ func committed(t *testing.T, st store.Store, prefix string) []int64 {
 	return steps
 }
 
-
 func TestAgentSurvivesSIGKILL(t *testing.T) {
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
