@@ -109,7 +109,6 @@ func (h *harness) committedSteps() []int64 {
 	return steps
 }
 
-
 func TestAgentUploadsSlowTrainer(t *testing.T) {
 	h := startAgent(t, func(o *Options) { o.Detect.ExpectedRanks = 2 })
 	// A watcher of the bucket: a manifest must never be visible before
