@@ -3,22 +3,23 @@ package restore
 import (
 	"container/heap"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 
-	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
 // Buffer sizes: one copy buffer per download worker and one read-back
-// buffer per file being hashed, so memory does not grow with ChunkSize.
+// buffer per existing file being checked, so memory does not grow with
+// ChunkSize.
 const (
 	copyBufSize = 1 << 20
 	hashBufSize = 256 << 10
@@ -30,42 +31,58 @@ const (
 // only a new GET of the remaining range can repair.
 const maxChunkRetries = 3
 
+// Direct I/O: the alignment assumed where the kernel does not report one
+// (statx STATX_DIOALIGN, Linux 6.1+), and the alignment of every worker's
+// buffer, the most a file may require. Chunks smaller than directBufAlign
+// are written buffered.
+const (
+	defaultDirectAlign = 4096
+	directBufAlign     = 4096
+)
+
+// writebackStep is how much a worker writes to its chunk before it starts
+// the writeback of those bytes to disk, so the fsync before the rename has
+// little left to wait for.
+const writebackStep = 32 << 20
+
 // ErrHashMismatch is returned (wrapped) when a downloaded file does not hash
 // to the manifest's BLAKE3 twice in a row: the stored object is not what
 // was committed, which downloading again will not fix.
 var ErrHashMismatch = errors.New("BLAKE3 mismatch")
 
 // transfer is one download attempt of one file into a temp file. Workers
-// write its chunks with WriteAt in any order; the file's own goroutine
-// hashes the temp file behind the frontier, the end of the contiguous
-// prefix written so far.
+// fetch its chunks in any order, write them with WriteAt and hash each one
+// as it passes through their buffer: chunks are power-of-two sized and
+// aligned, so each is a complete subtree of the file's BLAKE3 tree, and the
+// file's goroutine combines the chunks' roots once all have ended.
 type transfer struct {
 	job    *fileJob
 	seq    int // position in the plan: lower is fetched first
 	f      *os.File
 	chunk  int64
 	chunks int
+	// align is the direct I/O alignment of f's writes, 0 when buffered.
+	// Direct writes are whole blocks: the file's last one is padded and the
+	// file truncated to its size before it is placed.
+	align int64
 
 	// Owned by the queue's lock.
 	next   int            // next chunk to hand out
 	hindex int            // position in the heap, -1 when not queued
 	active sync.WaitGroup // chunks handed out and not yet finished
 
-	mu    sync.Mutex
-	got   []int64 // bytes written per chunk
-	first int     // first chunk not yet complete
-	front int64   // bytes [0, front) are written
-	ended int     // chunks whose GETs are over, checks included
-	err   error
-	wake  chan struct{} // signalled when front advances or err is set
-
-	written int64 // bytes written by workers, for Result.BytesDownloaded (under mu)
+	mu      sync.Mutex
+	nodes   []blake3tree.Node // per chunk, set when its GET has ended
+	ended   int               // chunks whose GETs are over, checks included
+	err     error
+	written int64         // bytes written by workers, for Result.BytesDownloaded
+	wake    chan struct{} // signalled when a chunk ends or err is set
 }
 
-func newTransfer(job *fileJob, seq int, f *os.File, chunk int64) *transfer {
+func newTransfer(job *fileJob, seq int, f *os.File, chunk, align int64) *transfer {
 	n := int((job.file.Size + chunk - 1) / chunk)
-	return &transfer{job: job, seq: seq, f: f, chunk: chunk, chunks: n, hindex: -1,
-		got: make([]int64, n), wake: make(chan struct{}, 1)}
+	return &transfer{job: job, seq: seq, f: f, chunk: chunk, chunks: n, align: align, hindex: -1,
+		nodes: make([]blake3tree.Node, n), wake: make(chan struct{}, 1)}
 }
 
 // span returns the byte range [off, end) of chunk i.
@@ -74,25 +91,12 @@ func (t *transfer) span(i int) (off, end int64) {
 	return off, min(off+t.chunk, t.job.file.Size)
 }
 
-// advance records n more bytes written to chunk i and moves the frontier.
-func (t *transfer) advance(i int, n int64) {
+// wrote records n more bytes written and returns the attempt's total.
+func (t *transfer) wrote(n int64) int64 {
 	t.mu.Lock()
-	t.got[i] += n
+	defer t.mu.Unlock()
 	t.written += n
-	moved := false
-	for t.first < t.chunks {
-		off, end := t.span(t.first)
-		t.front = off + t.got[t.first]
-		moved = true
-		if t.front < end {
-			break
-		}
-		t.first++
-	}
-	t.mu.Unlock()
-	if moved {
-		t.signal()
-	}
+	return t.written
 }
 
 // fail records the first error of any chunk for the file's goroutine.
@@ -112,19 +116,20 @@ func (t *transfer) signal() {
 	}
 }
 
-// chunkEnded records that a chunk's GET is over. The last chunk's bytes can
-// all be written before its GET has checked that the object ends there.
-func (t *transfer) chunkEnded() {
+// chunkEnded records that chunk i's GET is over, with the root of the
+// chunk's hash subtree.
+func (t *transfer) chunkEnded(i int, n blake3tree.Node) {
 	t.mu.Lock()
+	t.nodes[i] = n
 	t.ended++
 	t.mu.Unlock()
 	t.signal()
 }
 
-func (t *transfer) state() (front int64, ended bool, err error) {
+func (t *transfer) state() (ended bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.front, t.ended == t.chunks, t.err
+	return t.ended == t.chunks, t.err
 }
 
 // queue hands chunks to workers, always from the queued file with the
@@ -216,44 +221,60 @@ func (h *transferHeap) Pop() any {
 // worker fetches chunks until the queue closes. Chunk errors go to the
 // chunk's file, whose goroutine reports them with the file's name.
 func (r *restorer) worker(ctx context.Context) {
-	buf := make([]byte, copyBufSize)
+	w := &chunkWriter{r: r, buf: alignedBuffer(copyBufSize, directBufAlign), h: new(blake3tree.Range)}
 	for {
 		t, i, ok := r.queue.pop()
 		if !ok {
 			return
 		}
-		if err := r.fetchChunk(ctx, t, i, buf); err != nil {
+		if err := w.fetch(ctx, t, i); err != nil {
 			t.fail(err)
 		} else {
-			t.chunkEnded()
+			t.chunkEnded(i, w.h.Node())
 		}
 		t.active.Done()
 	}
 }
 
-// fetchChunk downloads chunk i of t into its temp file, re-requesting the
-// remaining range when a body breaks.
-func (r *restorer) fetchChunk(ctx context.Context, t *transfer, i int, buf []byte) error {
+// chunkWriter is a worker's state: its copy buffer and the hasher of the
+// chunk it is fetching.
+type chunkWriter struct {
+	r   *restorer
+	buf []byte
+	h   *blake3tree.Range
+
+	t            *transfer
+	pos, end     int64 // the chunk's bytes [pos, end) are still to come
+	writebackPos int64 // bytes before it have had their writeback started
+}
+
+// fetch downloads chunk i of t into its temp file, hashing it on the way,
+// and re-requests the remaining range when a body breaks.
+func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 	off, end := t.span(i)
+	if err := w.h.Reset(off); err != nil {
+		return err
+	}
+	w.t, w.pos, w.end, w.writebackPos = t, off, end, off
+	defer func() { w.t = nil }()
 	size := t.job.file.Size
 	key := t.job.file.Key
 	retries := 0
-	for pos := off; pos < end; {
-		want := end - pos
+	for w.pos < end {
+		want := end - w.pos
 		if end == size {
 			// One byte more than the file holds: an object longer than the
 			// manifest says shows up instead of going unnoticed.
 			want++
 		}
-		var n int64
-		rc, err := r.store.Get(ctx, key, pos, want)
+		start := w.pos
+		rc, err := w.r.store.Get(ctx, key, w.pos, want)
 		if err == nil {
-			n, err = copyAt(ctx, t, i, rc, pos, end, buf)
+			err = w.copy(ctx, rc)
 			rc.Close()
-			pos += n
 		}
 		if err == nil {
-			return nil
+			break
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -262,17 +283,20 @@ func (r *restorer) fetchChunk(ctx context.Context, t *transfer, i int, buf []byt
 		if errors.Is(err, store.ErrNotExist) || errors.Is(err, errTooLong) || errors.As(err, &werr) {
 			return err // fetching again cannot help
 		}
-		if n > 0 {
+		if w.pos > start {
 			retries = 0 // a body that keeps delivering is worth following
 		}
 		if retries++; retries > maxChunkRetries {
-			return fmt.Errorf("bytes %d-%d: %w", pos, end-1, err)
+			return fmt.Errorf("bytes %d-%d: %w", w.pos, end-1, err)
 		}
-		r.log.Warn("retrying ranged GET", zap.String("path", t.job.file.Path),
-			zap.Int64("offset", pos), zap.Int("retry", retries), zap.Error(err))
+		w.r.log.Warn("retrying ranged GET", zap.String("path", t.job.file.Path),
+			zap.Int64("offset", w.pos), zap.Int("retry", retries), zap.Error(err))
 		if err := sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return err
 		}
+	}
+	if t.align == 0 && w.pos > w.writebackPos {
+		startWriteback(t.f, w.writebackPos, w.pos-w.writebackPos)
 	}
 	return nil
 }
@@ -286,119 +310,153 @@ type writeError struct{ err error }
 func (e *writeError) Error() string { return e.err.Error() }
 func (e *writeError) Unwrap() error { return e.err }
 
-// copyAt streams a GET body into the temp file from pos up to end with a
-// reused buffer, reporting progress after every write.
-func copyAt(ctx context.Context, t *transfer, i int, body io.Reader, pos, end int64, buf []byte) (int64, error) {
-	var total int64
+// copy streams a GET body into the temp file at w.pos, up to the chunk's
+// end, with the worker's buffer. It fills the buffer before writing (fewer,
+// larger writes) and hashes each read while it is still in the CPU cache.
+// For a direct file it writes and hashes whole blocks only and keeps a
+// partial block in the buffer for the next round; the bytes of a partial
+// block left when the body breaks are fetched again, since w.pos, where the
+// next GET starts, is always just past the bytes written and hashed.
+func (w *chunkWriter) copy(ctx context.Context, body io.Reader) error {
+	a := max(int(w.t.align), 1)
+	size := w.t.job.file.Size
+	carry := 0
 	for {
 		if err := ctx.Err(); err != nil {
-			return total, err
+			return err
 		}
-		// Fill the buffer before writing: fewer, larger writes, and less
-		// contention on the file's inode lock among the workers.
-		n, rerr := fill(body, buf)
-		if n > 0 {
-			if pos+int64(n) > end {
-				return total, errTooLong
+		n, hashed := carry, 0
+		var rerr error
+		for n < len(w.buf) && rerr == nil {
+			var m int
+			m, rerr = body.Read(w.buf[n:])
+			n += m
+			if w.pos+int64(n) > w.end {
+				return errTooLong
 			}
-			if _, err := t.f.WriteAt(buf[:n], pos); err != nil {
-				return total, &writeError{err} // *PathError: names the temp file
+			if h := n &^ (a - 1); h > hashed {
+				w.h.Write(w.buf[hashed:h])
+				hashed = h
 			}
-			pos += int64(n)
-			total += int64(n)
-			t.advance(i, int64(n))
 		}
+		last := w.pos+int64(n) == size
+		k := n &^ (a - 1)
+		if last {
+			k = n
+			w.h.Write(w.buf[hashed:n])
+		}
+		if k > 0 {
+			if err := w.write(w.buf[:k], last); err != nil {
+				return err
+			}
+		}
+		carry = copy(w.buf, w.buf[k:n])
 		if rerr == io.EOF {
-			if pos < end {
-				return total, fmt.Errorf("object ended at byte %d, manifest says %d bytes", pos, t.job.file.Size)
+			if w.pos < w.end {
+				return fmt.Errorf("object ended at byte %d, manifest says %d bytes", w.pos, size)
 			}
-			return total, nil
+			return nil
 		}
 		if rerr != nil {
-			return total, rerr
+			return rerr
 		}
 	}
 }
 
-// fill reads into buf until it is full or the reader returns an error
-// (io.EOF included), which it returns unchanged with the bytes read.
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
+// write writes p, a slice of w.buf that copy has hashed, at w.pos and
+// reports progress. A chunk is written and hashed strictly in order, across
+// re-requests too, so the hash covers exactly the bytes on disk. last says
+// p ends the file: a direct write pads it to a whole block.
+func (w *chunkWriter) write(p []byte, last bool) error {
+	t := w.t
+	out := p
+	if a := t.align; a > 0 && last {
+		padded := (int64(len(p)) + a - 1) &^ (a - 1)
+		out = w.buf[:padded]
+		clear(out[len(p):])
+	}
+	if _, err := t.f.WriteAt(out, w.pos); err != nil {
+		// A device stricter than its reported alignment refuses direct
+		// writes with EINVAL: go on buffered, which any file accepts.
+		if !disableDirect(t.f, err) {
+			return &writeError{err} // *PathError: names the temp file
+		}
+		w.r.log.Debug("direct I/O refused, writing buffered", zap.String("path", t.job.file.Path), zap.Error(err))
+		if _, err := t.f.WriteAt(out, w.pos); err != nil {
+			return &writeError{err}
 		}
 	}
-	return n, nil
+	w.pos += int64(len(p))
+	w.r.progress(t.job, t.wrote(int64(len(p))))
+	if t.align == 0 && w.pos-w.writebackPos >= writebackStep {
+		startWriteback(t.f, w.writebackPos, w.pos-w.writebackPos)
+		w.writebackPos = w.pos
+	}
+	return nil
 }
 
-// hashBehind hashes t's temp file as the frontier advances, so hashing
-// overlaps the download. It returns the lower-case hex BLAKE3 once the
-// whole file is written and read back and every GET has ended, or the first
-// chunk error.
-func (r *restorer) hashBehind(ctx context.Context, t *transfer) (string, error) {
-	buf := r.hashBufs.Get().(*[]byte)
-	defer r.hashBufs.Put(buf)
-	h := blake3.New()
-	size := t.job.file.Size
-	var hashed, flushed int64
+// alignedBuffer returns n bytes starting at a multiple of align.
+func alignedBuffer(n, align int) []byte {
+	b := make([]byte, n+align)
+	skip := 0
+	if r := int(uintptr(unsafe.Pointer(&b[0])) & uintptr(align-1)); r != 0 {
+		skip = align - r
+	}
+	return b[skip : skip+n : skip+n]
+}
+
+// awaitSum waits for every chunk of t and returns the file's lower-case hex
+// BLAKE3 from the chunks' subtrees, or the first chunk error.
+func (r *restorer) awaitSum(ctx context.Context, t *transfer) (string, error) {
 	for {
-		front, ended, err := t.state()
+		ended, err := t.state()
 		if err != nil {
 			return "", err
 		}
-		if hashed == size && ended {
+		if ended {
 			break
 		}
-		if front <= hashed {
-			select {
-			case <-t.wake:
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-			continue
-		}
-		for hashed < front {
-			n := min(front-hashed, int64(len(*buf)))
-			if _, err := t.f.ReadAt((*buf)[:n], hashed); err != nil {
-				return "", fmt.Errorf("read back %s: %w", t.f.Name(), err)
-			}
-			h.Write((*buf)[:n])
-			hashed += n
-			r.progress(t.job, hashed)
-		}
-		if hashed-flushed >= writebackStep {
-			startWriteback(t.f, flushed, hashed-flushed)
-			flushed = hashed
+		select {
+		case <-t.wake:
+		case <-ctx.Done():
+			return "", ctx.Err()
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	if t.chunks == 0 {
+		return emptySum, nil
+	}
+	return blake3tree.Sum(t.nodes)
 }
 
-// writebackStep is how much verified data accumulates before its writeback
-// to disk is started.
-const writebackStep = 32 << 20
+// emptySum is the BLAKE3 of no bytes.
+const emptySum = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+
+// hashScratch is a read-back buffer and hasher for checking existing files.
+type hashScratch struct {
+	buf []byte
+	h   blake3tree.Range
+}
 
 // hashFile returns the BLAKE3 of the first size bytes of f.
 func (r *restorer) hashFile(ctx context.Context, f *os.File, size int64) (string, error) {
-	buf := r.hashBufs.Get().(*[]byte)
-	defer r.hashBufs.Put(buf)
-	h := blake3.New()
+	s := r.hashBufs.Get().(*hashScratch)
+	defer r.hashBufs.Put(s)
+	if err := s.h.Reset(0); err != nil {
+		return "", err
+	}
 	var hashed int64
 	for hashed < size {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		n, err := f.ReadAt((*buf)[:min(size-hashed, int64(len(*buf)))], hashed)
-		h.Write((*buf)[:n])
+		n, err := f.ReadAt(s.buf[:min(size-hashed, int64(len(s.buf)))], hashed)
+		s.h.Write(s.buf[:n])
 		hashed += int64(n)
 		if err != nil && !(err == io.EOF && hashed == size) {
 			return "", err
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return blake3tree.Sum([]blake3tree.Node{s.h.Node()})
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -482,7 +540,11 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", job.file.Path, err)
 	}
-	t := newTransfer(job, seq, f, r.opts.ChunkSize)
+	var align int64
+	if !r.opts.Buffered && r.opts.ChunkSize >= directBufAlign {
+		align = enableDirect(f)
+	}
+	t := newTransfer(job, seq, f, r.opts.ChunkSize, align)
 	placed := false
 	defer func() {
 		r.queue.drop(t) // after this no worker writes to f
@@ -494,17 +556,35 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 			r.root.Remove(tmp)
 		}
 	}()
+	size := job.file.Size
+	if align > 0 {
+		size = (size + align - 1) &^ (align - 1)
+	}
+	if err := preallocate(f, size); err != nil {
+		return fmt.Errorf("restore %s: %w", job.file.Path, err)
+	}
 	r.queue.push(t) // a 0-byte file has no chunks: nothing to GET
-	sum, err := r.hashBehind(ctx, t)
+	sum, err := r.awaitSum(ctx, t)
 	if err != nil {
 		return fmt.Errorf("download %s: %w", job.file.Path, err)
 	}
 	if sum != job.file.BLAKE3 {
 		return fmt.Errorf("restore %s: %w: got %s, manifest says %s", job.file.Path, ErrHashMismatch, sum, job.file.BLAKE3)
 	}
+	if align > 0 {
+		// Drop the padding of the last block and the preallocation past it.
+		if err := f.Truncate(job.file.Size); err != nil {
+			return fmt.Errorf("restore %s: %w", job.file.Path, err)
+		}
+	}
 	if err := r.place(f, tmp, job); err != nil {
 		return fmt.Errorf("restore %s: %w", job.file.Path, err)
 	}
 	placed = true
+	if align > 0 {
+		r.mu.Lock()
+		r.direct++
+		r.mu.Unlock()
+	}
 	return nil
 }

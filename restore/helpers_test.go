@@ -226,3 +226,16 @@ func writeFile(t *testing.T, path string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// directSupported reports whether files in dir can be written with direct
+// I/O, so tests know which path a restore there takes.
+func directSupported(t *testing.T, dir string) bool {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	return enableDirect(f) > 0
+}

@@ -25,7 +25,7 @@ type fileJob struct {
 	// after planning cannot carry them outside either. abs is for messages.
 	rel, abs string
 
-	reported int64 // bytes already reported to Progress (file goroutine only)
+	reported int64 // bytes already reported to Progress (under restorer.mu)
 }
 
 // linkJob is one manifest symlink to put in place.

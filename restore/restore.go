@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -58,13 +59,21 @@ type Options struct {
 	// the highest committed step. Note that the zero value is step 0.
 	Step int64
 	// Concurrency is the number of ranged GETs in flight across all files
-	// (default DefaultConcurrency). Memory is about Concurrency x 1.5 MiB:
-	// a 1 MiB copy buffer per GET and a 256 KiB read-back buffer for each
-	// of up to 2 x Concurrency files being hashed.
+	// (default DefaultConcurrency). Memory is about Concurrency x 1 MiB
+	// (a copy buffer per GET, hashed as it is written) plus a 256 KiB
+	// read-back buffer for each existing file being checked.
 	Concurrency int
-	// ChunkSize is the size of one ranged GET (default DefaultChunkSize).
-	// It does not size any buffer: bodies are streamed to disk.
+	// ChunkSize is the size of one ranged GET (default DefaultChunkSize),
+	// rounded down to a power of two (at least 1 KiB) so that every chunk
+	// is a subtree of the file's BLAKE3 tree and is hashed by the worker
+	// that fetches it. It does not size any buffer: bodies are streamed to
+	// disk.
 	ChunkSize int64
+	// Buffered writes the files through the page cache instead of with
+	// direct I/O, so they stay cached after the restore. Direct I/O (the
+	// default where the filesystem supports it) costs far less CPU and
+	// memory bandwidth; either way every file is fsynced before its rename.
+	Buffered bool
 	// Ranks, when set, selects the ranked files to restore; files with a nil
 	// Rank are shared by all ranks and always restored, as are symlinks.
 	Ranks func(rank *int) bool
@@ -74,8 +83,9 @@ type Options struct {
 	Nodes, NodeRank int
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
-	// Progress, when set, is called with the bytes verified so far (kept
-	// files and hashed downloads) and the total bytes of the selected files.
+	// Progress, when set, is called with the bytes done so far (kept files,
+	// and downloaded bytes as they are written and hashed; a file's hash is
+	// checked once its last byte is in) and the total bytes of the selected files.
 	// Calls are serialized and done never decreases.
 	Progress func(done, total int64)
 }
@@ -87,6 +97,10 @@ type Result struct {
 	// Files is the number of files selected; Kept were already correct on
 	// disk and Downloaded were fetched. Files == Kept + Downloaded.
 	Files, Kept, Downloaded int
+	// Direct is how many of the Downloaded files were written with direct
+	// I/O; the others went through the page cache (Options.Buffered, or a
+	// filesystem without direct I/O).
+	Direct int
 	// Symlinks is the number of manifest symlinks in place.
 	Symlinks int
 	// Bytes is the size of the selected files; BytesDownloaded counts the
@@ -120,6 +134,9 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
 	}
+	// Chunks are hashed as subtrees of the file's BLAKE3 tree, which needs
+	// a power-of-two size.
+	opts.ChunkSize = blake3tree.RangeSize(opts.ChunkSize)
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -164,6 +181,7 @@ type restorer struct {
 	total      int64
 	kept       int
 	downloaded int
+	direct     int
 	fetched    int64
 	// Directories to fsync at the end: root-relative ones whose entries
 	// changed, and absolute parents of a target directory this run made.
@@ -202,7 +220,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))
 
 	err = r.run(ctx, p)
-	res.Kept, res.Downloaded, res.BytesDownloaded = r.kept, r.downloaded, r.fetched
+	res.Kept, res.Downloaded, res.Direct, res.BytesDownloaded = r.kept, r.downloaded, r.direct, r.fetched
 	if err != nil {
 		return res, err
 	}
@@ -214,7 +232,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 
 func newRestorer(opts Options, p *plan) *restorer {
 	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
-	r.hashBufs.New = func() any { b := make([]byte, hashBufSize); return &b }
+	r.hashBufs.New = func() any { return &hashScratch{buf: make([]byte, hashBufSize)} }
 	for _, f := range p.files {
 		r.total += f.file.Size
 	}
@@ -277,16 +295,17 @@ func (r *restorer) fetchAll(ctx context.Context, p *plan) error {
 	return g.Wait()
 }
 
-// progress reports that job's bytes [0, upto) are verified (a second
-// download after a hash mismatch reports nothing until it passes the first).
+// progress reports that upto bytes of job are downloaded and hashed (a
+// second download after a hash mismatch reports nothing until it passes the
+// first). Workers of the same file call it concurrently.
 func (r *restorer) progress(job *fileJob, upto int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if upto <= job.reported {
 		return
 	}
 	delta := upto - job.reported
 	job.reported = upto
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.done += delta
 	if r.opts.Progress != nil {
 		r.opts.Progress(r.done, r.total)

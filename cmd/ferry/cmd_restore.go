@@ -23,6 +23,7 @@ type restoreOptions struct {
 	step        int64
 	allowEmpty  bool
 	concurrency int
+	pageCache   bool
 	json        bool
 	// ranks, or nodes and nodeRank, select what to restore (0 nodes: all).
 	ranks           string
@@ -39,6 +40,7 @@ func newRestoreCommand() *cli.Command {
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
 			&cli.IntFlag{Name: "concurrency", Value: 16, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "ranged GETs in flight"},
+			&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Usage: "write through the page cache instead of with direct I/O, so the files stay cached (more CPU)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
 			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (no environment default)"},
@@ -55,6 +57,7 @@ func newRestoreCommand() *cli.Command {
 				step:        c.Int64("step"),
 				allowEmpty:  c.Bool("allow-empty"),
 				concurrency: c.Int("concurrency"),
+				pageCache:   c.Bool("page-cache"),
 				json:        c.Bool("json"),
 				ranks:       c.String("ranks"),
 				nodes:       c.Int("nodes"),
@@ -71,6 +74,7 @@ type restoreSummary struct {
 	Files           int     `json:"files"`
 	Kept            int     `json:"kept"`
 	Downloaded      int     `json:"downloaded"`
+	Direct          int     `json:"direct_io"`
 	Bytes           int64   `json:"bytes"`
 	BytesDownloaded int64   `json:"bytes_downloaded"`
 	Seconds         float64 `json:"seconds"`
@@ -125,6 +129,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		Dir:         o.to,
 		Step:        o.step,
 		Concurrency: o.concurrency,
+		Buffered:    o.pageCache,
 		Logger:      log,
 		Progress: func(done, total int64) {
 			if !showBar {
@@ -161,7 +166,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		return fmt.Errorf("restore from %s: %w", loc, err)
 	}
 	sum := restoreSummary{
-		Step: res.Step, Files: res.Files, Kept: res.Kept, Downloaded: res.Downloaded,
+		Step: res.Step, Files: res.Files, Kept: res.Kept, Downloaded: res.Downloaded, Direct: res.Direct,
 		Bytes: res.Bytes, BytesDownloaded: res.BytesDownloaded, Seconds: time.Since(start).Seconds(),
 		Selection: selection,
 		Requests:  counters.Snapshot(),
