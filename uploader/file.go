@@ -27,11 +27,7 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return
 // and returns its manifest entry. Part requests run on g so that they share
 // the uploader's concurrency with every other file.
 func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (manifest.File, error) {
-	stamp, err := statFile(f.LocalPath)
-	if err != nil {
-		return manifest.File{}, fmt.Errorf("stat: %w", err)
-	}
-	fh, err := os.Open(f.LocalPath)
+	fh, stamp, err := openRegular(f.LocalPath)
 	if err != nil {
 		return manifest.File{}, fmt.Errorf("open: %w", err)
 	}

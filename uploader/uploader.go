@@ -226,6 +226,20 @@ func statFile(path string) (fileStamp, error) {
 	return fileStamp{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, nil
 }
 
+// stampOpen returns the stamp of an opened file, which must be regular;
+// it closes fh on error.
+func stampOpen(fh *os.File, path string) (*os.File, fileStamp, error) {
+	fi, err := fh.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", path)
+	}
+	if err != nil {
+		fh.Close()
+		return nil, fileStamp{}, err
+	}
+	return fh, fileStamp{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, nil
+}
+
 // fileStamp identifies a version of a file's content.
 type fileStamp struct {
 	Size    int64 `json:"size"`
