@@ -31,6 +31,16 @@ const (
 // only a new GET of the remaining range can repair.
 const maxChunkRetries = 3
 
+// maxChunkRequests, plus one per requestsPerBytes of the chunk, bounds the
+// GETs of one chunk however much each delivers: a server or path that keeps
+// breaking bodies after a few bytes fails the restore with its error instead
+// of trickling a 64 MiB chunk for hours, while one that breaks every few
+// MiB still gets through.
+const (
+	maxChunkRequests = 32
+	requestsPerBytes = 2 << 20
+)
+
 // Direct I/O: the alignment assumed where the kernel does not report one
 // (statx STATX_DIOALIGN, Linux 6.1+), and the alignment of every worker's
 // buffer, the most a file may require. Chunks smaller than directBufAlign
@@ -259,7 +269,8 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 	defer func() { w.t = nil }()
 	size := t.job.file.Size
 	key := t.job.file.Key
-	retries := 0
+	retries, requests := 0, 0
+	maxRequests := maxChunkRequests + int((end-off)/requestsPerBytes)
 	for w.pos < end {
 		want := end - w.pos
 		if end == size {
@@ -268,6 +279,7 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 			want++
 		}
 		start := w.pos
+		requests++
 		rc, err := w.r.store.Get(ctx, key, w.pos, want)
 		if err == nil {
 			err = w.copy(ctx, rc)
@@ -288,6 +300,9 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		}
 		if retries++; retries > maxChunkRetries {
 			return fmt.Errorf("bytes %d-%d: %w", w.pos, end-1, err)
+		}
+		if requests >= maxRequests {
+			return fmt.Errorf("bytes %d-%d: giving up after %d GETs of this range, each broken before its end: %w", w.pos, end-1, requests, err)
 		}
 		w.r.log.Warn("retrying ranged GET", zap.String("path", t.job.file.Path),
 			zap.Int64("offset", w.pos), zap.Int("retry", retries), zap.Error(err))

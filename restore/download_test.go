@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -348,5 +349,32 @@ func TestDirectIOUsedWhereSupported(t *testing.T) {
 	}
 	for _, f := range files {
 		assertFile(t, filepath.Join(dir, f.path), f.data)
+	}
+}
+
+// TestBodyTricklesAndBreaks: every body delivers 8 KiB and breaks. Each GET
+// makes progress, so the no-progress retry limit never trips, but a chunk
+// gets at most maxChunkRequests (+1 per 2 MiB) GETs: the restore fails with the error,
+// leaves nothing behind, and does not trickle on for 128 GETs.
+func TestBodyTricklesAndBreaks(t *testing.T) {
+	broken := errors.New("connection reset by peer")
+	st := &hookStore{Store: store.NewMemStore(), body: func(key string, off int64, n int, rc io.ReadCloser) io.ReadCloser {
+		if !strings.Contains(key, "/data/") {
+			return rc
+		}
+		return readCloser{&breakingBody{r: rc, n: 8 << 10, err: broken}, rc}
+	}}
+	m := commit(t, st, 1, []tfile{{path: "rank0.pt", data: randBytes(mib, 1)}}, nil)
+	dir := t.TempDir()
+	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib})
+	if !errors.Is(err, broken) || !strings.Contains(err.Error(), "download rank0.pt: bytes ") || !strings.Contains(err.Error(), "giving up after 32 GETs") {
+		t.Fatalf("got %v", err)
+	}
+	if n := len(st.gets(m.Files[0].Key)); n != maxChunkRequests {
+		t.Errorf("%d GETs, want %d", n, maxChunkRequests)
+	}
+	assertNoTemps(t, dir)
+	if _, err := os.Stat(filepath.Join(dir, "rank0.pt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("rank0.pt exists after the failed restore: %v", err)
 	}
 }
