@@ -36,6 +36,14 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 	}
+	if d := r.Disk; d != nil {
+		p("## Local disk (the floor of a durable restore)\n\n")
+		p("%s written with direct I/O in 1 MiB writes by %d writers and fsynced, in the scratch area the restores write to: %.2f s (%.0f MiB/s), median of 3.", fmtSize(d.Bytes), d.Writers, d.WallS, d.MiBps)
+		if d.FloorVsBestPeer != nil {
+			p(" A restore whose files are on disk when it returns cannot take less, which is %.2fx the fastest peer's restore wall time (the peers return with their writes still in the page cache; see \"wall + sync\").", *d.FloorVsBestPeer)
+		}
+		p("\n\n")
+	}
 	r.requestsMarkdown(&b)
 	if len(r.RSS) > 0 {
 		p("## ferry push peak RSS by file size (one file, default settings)\n\n")

@@ -28,6 +28,7 @@ type report struct {
 	Summary      map[string][]summary `json:"summary"`
 	RSS          []rssResult          `json:"rss,omitempty"`
 	BLAKE3       []hashResult         `json:"blake3,omitempty"`
+	Disk         *diskResult          `json:"disk,omitempty"`
 	B3sumVersion string               `json:"b3sum_version,omitempty"`
 	Agent        string               `json:"agent,omitempty"`
 	AgentResult  *agentResult         `json:"agent_result,omitempty"`
@@ -145,6 +146,10 @@ func (r *report) finish() {
 		}
 		if len(rows) > 0 {
 			r.Summary[phase] = rows
+		}
+		if phase == "restore" && r.Disk != nil && !math.IsInf(bestWall, 1) {
+			f := r.Disk.WallS / bestWall
+			r.Disk.FloorVsBestPeer = &f
 		}
 	}
 	r.checkTargets()

@@ -76,6 +76,9 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}
 	if cfg.has("restore") {
+		if err := b.diskPhase(ctx); err != nil {
+			return err
+		}
 		if err := b.prepareRestoreSources(ctx); err != nil {
 			return err
 		}
