@@ -115,6 +115,7 @@ bench-deps:
 bench-go: tools
 	@mkdir -p bench-results
 	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'HashPass|BLAKE3Block' -benchtime 2s ./uploader
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/blake3tree
 	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Push$$' -benchtime 10x -cpuprofile bench-results/push.cpu.prof -o bench-results/uploader.test ./uploader
 	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'Restore$$' -benchtime 10x -cpuprofile bench-results/restore.cpu.prof -o bench-results/restore.test ./restore
 	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'UploadPart|GetRange' -benchtime 10x ./internal/s3store

@@ -8,8 +8,9 @@ import (
 )
 
 // BenchmarkRestoreLargeFile measures one large file through the ranged
-// download and the hash-behind-the-frontier path (from memory, so it shows
-// the local cost: WriteAt, read-back, BLAKE3, fsync).
+// download, with each range hashed in the worker that fetched it and the
+// tree combined at the end (from memory, so it shows the local cost:
+// BLAKE3 of every range, the writes, fsync).
 func BenchmarkRestoreLargeFile(b *testing.B) {
 	const size = 256 << 20
 	st := store.NewMemStore()
