@@ -51,8 +51,17 @@ type Options struct {
 	// Upload configures the uploader (part size, concurrency, bandwidth).
 	// Store, State and Logger are set by the agent.
 	Upload uploader.Options
-	// StateDir holds the journal and upload state (required).
+	// StateDir holds the journal and upload state of this agent alone
+	// (required): AgentStateDir gives each destination and watched
+	// directory its own. New records the agent's Identity in it and
+	// refuses a folder that belongs to another.
 	StateDir string
+	// AllowEmpty commits steps that have no files; without it such a step
+	// fails and is never committed (uploader.PushOptions.AllowEmpty).
+	AllowEmpty bool
+	// MetricsAddr is where the metrics endpoint listens, for status ("" if
+	// none).
+	MetricsAddr string
 	// KeepLocal, when > 0, deletes the local files of committed steps
 	// beyond the KeepLocal newest committed ones. 0 never deletes anything.
 	KeepLocal int
@@ -136,6 +145,9 @@ func New(opts Options) (*Agent, error) {
 	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: state dir: %w", err)
 	}
+	if err := ClaimStateDir(opts.StateDir, opts.identity()); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	j, err := openJournal(opts.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -161,22 +173,54 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
+// identity is what this agent uploads, as recorded in its state dir.
+func (o *Options) identity() Identity {
+	return Identity{Destination: o.URL, Watch: CanonicalDir(o.Detect.Dir)}
+}
+
 // uploadStateDir holds the uploader's per-step state files.
 func (a *Agent) uploadStateDir() string { return filepath.Join(a.opts.StateDir, "uploads") }
 
 // alreadyDone tells the watcher which steps need no upload: committed by
-// this agent before (journal) or found in the bucket at start-up.
+// this agent before (journal) or found in the bucket at start-up. Every
+// step it skips is logged with the reason.
 func (a *Agent) alreadyDone(s detect.Step) bool {
-	if a.journal.isCommitted(s.Number) {
+	files := localFiles(s)
+	if s.Counted {
+		// Numbered by the flat layout's counter: the number is new at
+		// every start, the content is what identifies the step.
+		if n, ok := a.journal.findContent(s.Root, files); ok {
+			a.log.Info("not uploading: these files were committed before as this step", zap.Int64("step", n),
+				zap.String("root", s.Root), zap.Int("files", len(files)))
+			return true
+		}
+		return false
+	}
+	if e, ok := a.journal.get(s.Number); ok {
+		if e.Root == s.Root && sameLocalFiles(e.Files, files) {
+			a.log.Info("not uploading: step already committed by this agent", zap.Int64("step", s.Number))
+		} else {
+			a.log.Warn("not uploading: step already committed to this destination, but its files on disk changed since; the bucket keeps the committed version",
+				zap.Int64("step", s.Number), zap.String("to", a.opts.URL))
+		}
 		return true
 	}
 	a.mu.Lock()
 	remote := a.remote[s.Number]
 	a.mu.Unlock()
 	if remote {
-		a.log.Info("step is already committed in the bucket; not uploading it again", zap.Int64("step", s.Number))
+		a.log.Info("not uploading: step already committed in the bucket", zap.Int64("step", s.Number), zap.String("to", a.opts.URL))
 	}
 	return remote
+}
+
+// localFiles is how the journal records a step's files.
+func localFiles(s detect.Step) []localFile {
+	out := make([]localFile, len(s.Files))
+	for i, f := range s.Files {
+		out[i] = localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()}
+	}
+	return out
 }
 
 // Run watches and uploads until ctx is cancelled; then it stops watching,
@@ -267,11 +311,19 @@ func (a *Agent) loadRemote(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	newest := int64(-1)
 	a.mu.Lock()
 	for _, s := range steps {
 		a.remote[s] = true
+		newest = max(newest, s)
 	}
 	a.mu.Unlock()
+	if newest >= 0 {
+		// Steps numbered by a counter continue above the bucket's: a new
+		// file must never take the number of a committed step (and be
+		// skipped as already committed).
+		a.watcher.SetCounterFloor(newest + 1)
+	}
 	return nil
 }
 

@@ -15,6 +15,8 @@ func (a *Agent) Status() Status {
 		Watch:         a.opts.Detect.Dir,
 		Destination:   a.opts.URL,
 		Layout:        a.watcher.LayoutName(),
+		StateDir:      a.opts.StateDir,
+		MetricsAddr:   a.opts.MetricsAddr,
 		Started:       a.started.UTC(),
 		Draining:      a.draining.Load(),
 		LastCommitted: a.lastCommitted(),

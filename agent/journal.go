@@ -23,8 +23,11 @@ const maxJournalSteps = 4096
 // flight are recorded by the uploader's own per-step state files.
 type journal struct {
 	path string
-	mu   sync.Mutex
-	data journalData
+	// saveMu orders saves and is held across the disk write; mu guards
+	// data only, so readers (status, the watcher) never wait on a fsync.
+	saveMu sync.Mutex
+	mu     sync.Mutex
+	data   journalData
 }
 
 type journalData struct {
@@ -69,34 +72,60 @@ func openJournal(stateDir string) (*journal, error) {
 	return j, nil
 }
 
-func (j *journal) isCommitted(step int64) bool {
+// get returns the entry of a committed step.
+func (j *journal) get(step int64) (committedEntry, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, e := range j.data.Committed {
 		if e.Step == step {
-			return true
+			return e, true
 		}
 	}
-	return false
+	return committedEntry{}, false
+}
+
+// findContent returns the committed step whose root and files (path, size,
+// mtime) are exactly root and files: how a step numbered by a counter,
+// whose number is not stable across restarts, is recognised.
+func (j *journal) findContent(root string, files []localFile) (int64, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range j.data.Committed {
+		if e.Root == root && sameLocalFiles(e.Files, files) {
+			return e.Step, true
+		}
+	}
+	return 0, false
+}
+
+func sameLocalFiles(a, b []localFile) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // add records a committed step and saves the journal.
 func (j *journal) add(e committedEntry) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	out := j.data.Committed[:0]
-	for _, old := range j.data.Committed {
-		if old.Step != e.Step {
-			out = append(out, old)
+	return j.update(func(d *journalData) {
+		out := d.Committed[:0]
+		for _, old := range d.Committed {
+			if old.Step != e.Step {
+				out = append(out, old)
+			}
 		}
-	}
-	out = append(out, e)
-	sort.Slice(out, func(a, b int) bool { return out[a].Step < out[b].Step })
-	if len(out) > maxJournalSteps {
-		out = out[len(out)-maxJournalSteps:]
-	}
-	j.data.Committed = out
-	return j.saveLocked()
+		out = append(out, e)
+		sort.Slice(out, func(a, b int) bool { return out[a].Step < out[b].Step })
+		if len(out) > maxJournalSteps {
+			out = out[len(out)-maxJournalSteps:]
+		}
+		d.Committed = out
+	})
 }
 
 // entries returns a copy of the committed entries, oldest first.
@@ -108,29 +137,34 @@ func (j *journal) entries() []committedEntry {
 
 // markCommitted clears Pending once the step's manifest was seen.
 func (j *journal) markCommitted(step int64) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for i := range j.data.Committed {
-		if j.data.Committed[i].Step == step {
-			j.data.Committed[i].Pending = false
+	return j.update(func(d *journalData) {
+		for i := range d.Committed {
+			if d.Committed[i].Step == step {
+				d.Committed[i].Pending = false
+			}
 		}
-	}
-	return j.saveLocked()
+	})
 }
 
 func (j *journal) markRemoved(step int64) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for i := range j.data.Committed {
-		if j.data.Committed[i].Step == step {
-			j.data.Committed[i].Removed = true
+	return j.update(func(d *journalData) {
+		for i := range d.Committed {
+			if d.Committed[i].Step == step {
+				d.Committed[i].Removed = true
+			}
 		}
-	}
-	return j.saveLocked()
+	})
 }
 
-func (j *journal) saveLocked() error {
+// update applies fn to the journal and saves it. Saves are ordered by
+// saveMu; mu is released before the write and fsync.
+func (j *journal) update(fn func(*journalData)) error {
+	j.saveMu.Lock()
+	defer j.saveMu.Unlock()
+	j.mu.Lock()
+	fn(&j.data)
 	raw, err := json.Marshal(&j.data)
+	j.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("encode journal: %w", err)
 	}

@@ -225,16 +225,33 @@ func MetricsHandler(g prometheus.Gatherer, health func() error, log *zap.Logger)
 // It serves whatever address it is given; keeping it on loopback by
 // default is the CLI's job.
 func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, health func() error, log *zap.Logger) error {
+	m, err := ListenMetrics(addr, g, health, log)
+	if err != nil {
+		return err
+	}
+	return m.Serve(ctx)
+}
+
+// MetricsServer is a metrics endpoint that is bound but not yet serving,
+// so that the caller learns the address (a free port when it asked for
+// port 0) before the agent starts.
+type MetricsServer struct {
+	ln  net.Listener
+	srv *http.Server
+	log *zap.Logger
+}
+
+// ListenMetrics binds addr (DefaultMetricsAddr if empty) for MetricsHandler.
+func ListenMetrics(addr string, g prometheus.Gatherer, health func() error, log *zap.Logger) (*MetricsServer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	if addr == "" {
 		addr = DefaultMetricsAddr
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	srv := &http.Server{
 		Handler:           MetricsHandler(g, health, log),
@@ -242,19 +259,32 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, healt
 		WriteTimeout:      time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("metrics")),
 	}
-	log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
+	return &MetricsServer{ln: ln, srv: srv, log: log}, nil
+}
+
+// Addr is the address the server is bound to.
+func (m *MetricsServer) Addr() string { return m.ln.Addr().String() }
+
+// Close releases the address of a server that will not Serve.
+func (m *MetricsServer) Close() error { return m.ln.Close() }
+
+// Serve serves until ctx is cancelled, then returns nil after shutting
+// down; it returns the error if serving fails first. Call it once.
+func (m *MetricsServer) Serve(ctx context.Context) error {
+	m.log.Info("metrics listening", zap.String("addr", m.Addr()))
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	wg.Go(func() { errc <- srv.Serve(ln) })
+	wg.Go(func() { errc <- m.srv.Serve(m.ln) })
+	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
-		err = fmt.Errorf("metrics on %s: %w", addr, err)
+		err = fmt.Errorf("metrics on %s: %w", m.Addr(), err)
 	}
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if serr := srv.Shutdown(shutCtx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		srv.Close()
+	if serr := m.srv.Shutdown(shutCtx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		m.srv.Close()
 	}
 	wg.Wait()
 	return err

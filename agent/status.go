@@ -46,9 +46,14 @@ type StepStatus struct {
 
 // Status is a snapshot of the agent, served by `ferry status`.
 type Status struct {
-	Watch       string       `json:"watch"`
-	Destination string       `json:"destination"`
-	Layout      string       `json:"layout"`
+	Watch       string `json:"watch"`
+	Destination string `json:"destination"`
+	Layout      string `json:"layout"`
+	// StateDir is this agent's own state folder (journal, upload state,
+	// control socket).
+	StateDir string `json:"state_dir"`
+	// MetricsAddr is where /metrics listens, "" when disabled.
+	MetricsAddr string       `json:"metrics_addr,omitempty"`
 	Started     time.Time    `json:"started"`
 	Draining    bool         `json:"draining"`
 	Steps       []StepStatus `json:"steps"`

@@ -160,6 +160,8 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		NodeRank: a.opts.NodeRank,
 		Run:      a.opts.Run,
 		Root:     step.Root,
+
+		AllowEmpty: a.opts.AllowEmpty,
 	})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
 	if err == nil && res.Committed && a.opts.KeepRemote > 0 {
@@ -168,11 +170,19 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		defer a.pruneRemote(ctx)
 	}
 
+	a.recordRequests(e, before)
+	if a.settle(ctx, e, res, err) {
+		// Disk and network work of a commit, outside the lock: status,
+		// flush and the watcher never wait on a fsync or a slow server.
+		a.recordCommitted(ctx, e, res)
+	}
+}
+
+// recordRequests adds the requests made since before to the step's status.
+func (a *Agent) recordRequests(e *entry, before map[string]int64) {
 	spent := a.requestCounts()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	defer a.changedLocked()
-	e.cancel = nil
 	for op, c := range spent {
 		if d := c - before[op]; d > 0 {
 			if e.status.Requests == nil {
@@ -181,6 +191,16 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 			e.status.Requests[op] += d
 		}
 	}
+}
+
+// settle records the outcome of an upload attempt in memory and reports
+// whether the step is now durable (committed, or this node's share).
+func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, err error) bool {
+	n := e.status.Step
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer a.changedLocked()
+	e.cancel = nil
 	switch {
 	case e.deleted && err != nil:
 		// The trainer removed or rewrote the step mid-upload. Discard what
@@ -198,12 +218,9 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		e.status.State = StatePending
 		e.status.Error = "interrupted; resumes at the next start"
 	case errors.Is(err, manifest.ErrConflict):
-		e.status.State = StateFailed
-		e.status.Error = err.Error()
-		e.nextTry = time.Now().Add(100 * 365 * 24 * time.Hour) // never: a human must look
-		a.lastErr = err.Error()
-		a.opts.Metrics.Error("commit")
-		a.log.Error("step is committed in the bucket with different content; not overwriting it", zap.Int64("step", n), zap.Error(err))
+		a.failForGoodLocked(e, "commit", err, "step is committed in the bucket with different content; not overwriting it")
+	case errors.Is(err, uploader.ErrEmptyStep):
+		a.failForGoodLocked(e, "upload", err, "step has no files; not committing it (--allow-empty commits empty steps)")
 	case err != nil:
 		backoff := a.backoff(e.status.Attempts)
 		e.status.State = StateFailed
@@ -213,8 +230,25 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		a.opts.Metrics.Error("upload")
 		a.log.Warn("upload failed; will retry", zap.Int64("step", n), zap.Duration("in", backoff), zap.Error(err))
 	default:
-		a.committedLocked(e, res)
+		e.status.State = StateCommitted
+		if res.Pending {
+			e.status.State = StateNodeDone
+		}
+		e.status.Committed = time.Now().UTC()
+		e.status.Error = ""
+		return true
 	}
+	return false
+}
+
+// failForGoodLocked marks a step failed with no retry: a human must look.
+func (a *Agent) failForGoodLocked(e *entry, stage string, err error, msg string) {
+	e.status.State = StateFailed
+	e.status.Error = err.Error()
+	e.nextTry = time.Now().Add(100 * 365 * 24 * time.Hour) // never
+	a.lastErr = err.Error()
+	a.opts.Metrics.Error(stage)
+	a.log.Error(msg, zap.Int64("step", e.status.Step), zap.Error(err))
 }
 
 // pruneRemote applies --keep-remote to the bucket. A failure is logged
@@ -258,21 +292,12 @@ func (a *Agent) backoff(attempt int) time.Duration {
 	return min(d, a.opts.RetryMax)
 }
 
-// committedLocked records a committed step: journal, metrics, status, and
-// local retention.
-func (a *Agent) committedLocked(e *entry, res uploader.PushResult) {
-	n := e.status.Step
+// recordCommitted records a durable step in the journal, metrics and log,
+// and applies local retention. It runs without a.mu held.
+func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.PushResult) {
+	n := e.status.Step // immutable once the entry exists
 	now := time.Now()
-	e.status.State = StateCommitted
-	if res.Pending {
-		e.status.State = StateNodeDone
-	}
-	e.status.Committed = now.UTC()
-	e.status.Error = ""
-	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC(), Pending: res.Pending}
-	for _, f := range e.step.Files {
-		ce.Files = append(ce.Files, localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()})
-	}
+	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC(), Pending: res.Pending, Files: localFiles(e.step)}
 	if err := a.journal.add(ce); err != nil {
 		// The step is durable; only the local record failed. After a
 		// restart the bucket listing still marks it done.
@@ -288,10 +313,10 @@ func (a *Agent) committedLocked(e *entry, res uploader.PushResult) {
 	case !res.Committed:
 		verb = "step was already committed with identical content"
 	}
-	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", e.status.Files), zap.Int64("bytes", e.status.Bytes),
+	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
 		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", now.Sub(e.complete).Round(time.Millisecond)))
 	if a.opts.KeepLocal > 0 {
-		a.keepLocal()
+		a.keepLocal(ctx)
 	}
 }
 
@@ -299,7 +324,7 @@ func (a *Agent) committedLocked(e *entry, res uploader.PushResult) {
 // newest committed ones. It deletes only files the journal says were made
 // durable and that are still exactly as uploaded (same size and mtime), and
 // then the step's emptied folders. Nothing uncommitted is ever touched.
-func (a *Agent) keepLocal() {
+func (a *Agent) keepLocal(ctx context.Context) {
 	entries := a.journal.entries()
 	var live []committedEntry
 	for _, e := range entries {
@@ -311,7 +336,7 @@ func (a *Agent) keepLocal() {
 		return
 	}
 	for _, e := range live[:len(live)-a.opts.KeepLocal] {
-		if e.Pending && !a.stepCommitted(e.Step) {
+		if e.Pending && !a.stepCommitted(ctx, e.Step) {
 			// Only this node's share is durable; the step is not
 			// restorable until every node's is. Keep its files.
 			continue
@@ -341,8 +366,8 @@ func (a *Agent) keepLocal() {
 
 // stepCommitted checks the bucket for a step's manifest (one HEAD), for a
 // step that only this node's share of was known to be durable.
-func (a *Agent) stepCommitted(step int64) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+func (a *Agent) stepCommitted(ctx context.Context, step int64) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if _, err := a.opts.Store.Head(ctx, manifest.ManifestKey(a.opts.Prefix, step)); err != nil {
 		return false

@@ -115,7 +115,7 @@ func Contains(m, sub *Manifest) bool {
 func Get(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
 	key := ManifestKey(prefix, step)
 	rc, err := st.Get(ctx, key, 0, -1)
-	if errors.Is(err, store.ErrNotExist) {
+	if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
 		return nil, fmt.Errorf("step %d: %w", step, ErrNoCheckpoint)
 	}
 	if err != nil {

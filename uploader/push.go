@@ -50,6 +50,11 @@ type PushOptions struct {
 	// NoDedup uploads every file, even one unchanged since the previous
 	// committed step.
 	NoDedup bool
+	// AllowEmpty commits a step (or a node's share) with no files. Without
+	// it such a push fails with ErrEmptyStep before any request: an empty
+	// step would become the latest one and a restore would hand the
+	// trainer nothing, so it starts from scratch.
+	AllowEmpty bool
 	// Root is the step's own folder within the tree's paths, when the
 	// layout gives each step one (detect.Step.Root, e.g. "checkpoint-200").
 	// Files are then matched with the previous step's after removing as
@@ -83,6 +88,10 @@ type PushResult struct {
 	Stats        Stats
 }
 
+// ErrEmptyStep is returned (wrapped) by Push for a step with no files
+// unless PushOptions.AllowEmpty is set.
+var ErrEmptyStep = errors.New("no files to push")
+
 // Push uploads a checkpoint step and commits its manifest last. A step that
 // is already committed with identical content succeeds without uploading; one
 // committed with different content fails with manifest.ErrConflict and
@@ -102,6 +111,9 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	}
 	if err := manifest.CheckStep(opts.Step); err != nil {
 		return PushResult{}, err
+	}
+	if len(opts.Tree.Files)+len(opts.Blobs) == 0 && !opts.AllowEmpty {
+		return PushResult{}, fmt.Errorf("push step %d: %w", opts.Step, ErrEmptyStep)
 	}
 	opts.Nodes = max(opts.Nodes, 1)
 	if opts.Nodes > manifest.MaxNodes || opts.NodeRank < 0 || opts.NodeRank >= opts.Nodes {

@@ -157,7 +157,7 @@ func (w *Watcher) report(ready []Candidate) []Event {
 		st := w.states[c.id()]
 		counted := s.Number < 0
 		if counted {
-			s.Number = w.counter
+			s.Number, s.Counted = w.counter, true
 		}
 		if w.opts.AlreadyDone != nil && w.opts.AlreadyDone(*s) {
 			st.reported, st.silent, st.step = true, true, *s

@@ -44,7 +44,7 @@ func (w *Watcher) Scan() ([]Step, error) {
 			continue
 		}
 		if s.Number < 0 {
-			s.Number = counter
+			s.Number, s.Counted = counter, true
 			counter++
 		}
 		out = append(out, s)

@@ -12,6 +12,10 @@ type Step struct {
 	// the names on disk, or the counter value for the flat layout without a
 	// step pattern.
 	Number int64
+	// Counted is true when Number came from the counter rather than from
+	// names on disk: it is not stable across restarts, so a caller that
+	// remembers steps must identify a counted step by Root and Files.
+	Counted bool
 	// Root is the step's folder relative to the watched root, or "" when the
 	// step is made of files lying directly in the root (Composer's
 	// single-file checkpoints, flat files).

@@ -69,6 +69,14 @@ func (w *Watcher) LayoutName() string {
 	return w.opts.Layout
 }
 
+// SetCounterFloor makes the counter (flat layout without a StepPattern)
+// hand out numbers from at least n, for a caller that learned of higher
+// committed steps after New (the bucket's, listed at start). Call it
+// before Run.
+func (w *Watcher) SetCounterFloor(n int64) {
+	w.counter = max(w.counter, n)
+}
+
 // Forget drops a reported step from the watcher's memory: if it is still
 // on disk it is reported Complete again once settled (after asking
 // Options.AlreadyDone), and its disappearance no longer yields Deleted. A

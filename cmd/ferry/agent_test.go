@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
@@ -239,8 +240,9 @@ func TestSecondAgentOnSameStateDirFails(t *testing.T) {
 	watch, state := t.TempDir(), t.TempDir()
 	args := []string{"--watch", watch, "--to", "s3://" + bucket + "/run", "--state-dir", state, "--metrics-addr", "off"}
 	first := startAgentProcess(t, srv.Env(), args...)
+	sock := agentSocket(t, state, watch, "s3://"+bucket+"/run")
 	waitFor(t, "the first agent's socket", 30*time.Second, func() bool {
-		_, err := os.Stat(filepath.Join(state, "agent.sock"))
+		_, err := os.Stat(sock)
 		return err == nil
 	})
 	done := make(chan result, 1)
@@ -259,6 +261,17 @@ func TestSecondAgentOnSameStateDirFails(t *testing.T) {
 	if err := waitExit(t, first.Cmd, 2*time.Minute); err != nil {
 		t.Fatalf("first agent: %v", err)
 	}
+}
+
+// agentSocket is the control socket of the agent started with these
+// --state-dir, --watch and --to values.
+func agentSocket(t *testing.T, state, watch, to string) string {
+	t.Helper()
+	loc, err := manifest.ParseURL(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent.SocketPath(agent.AgentStateDir(state, agentIdentity(watch, loc)))
 }
 
 // waitExit waits for cmd to exit, killing it and failing t after d: a hung

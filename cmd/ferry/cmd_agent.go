@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,6 +43,7 @@ type agentOptions struct {
 	drainTimeout  time.Duration
 	node          nodeInfo
 	keepRemote    int
+	allowEmpty    bool
 }
 
 func newAgentCommand() *cli.Command {
@@ -56,7 +58,7 @@ func newAgentCommand() *cli.Command {
 			&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to"},
 			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix`"},
 			&cli.StringFlag{Name: "layout", Value: "auto", EnvVars: []string{"FERRY_LAYOUT"}, Usage: "checkpoint layout: " + joinNames(detect.LayoutNames())},
-			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "journal, upload state and control socket (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "base of the journal, upload state and control socket, kept per watch dir and destination under agents/ (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "upload requests in flight"},
 			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size"},
 			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate, e.g. 800MiB/s (default: unlimited)"},
@@ -70,6 +72,7 @@ func newAgentCommand() *cli.Command {
 			&cli.IntFlag{Name: "expected-ranks", EnvVars: []string{"FERRY_EXPECTED_RANKS"}, Usage: "ranks saving on this node; a step waits for all of them (0: unknown)"},
 			&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
+			allowEmptyStepFlag(),
 			&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
 		}, append(nodeFlags(), commonFlags()...)...),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
@@ -95,6 +98,7 @@ func newAgentCommand() *cli.Command {
 				noMarker:      c.Bool("no-marker"),
 				drainTimeout:  c.Duration("drain-timeout"),
 				keepRemote:    c.Int("keep-remote"),
+				allowEmpty:    c.Bool("allow-empty"),
 			}
 			var err error
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
@@ -145,13 +149,20 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	loc, err := parseLocation("to", o.to)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(o.remote, stderr)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
-	if o.stateDir == "" {
-		o.stateDir = defaultStateDir()
+	base := stateBase(o.stateDir)
+	stateDir := agent.AgentStateDir(base, agentIdentity(o.watch, loc))
+	if old := legacyJournal(base); old != "" {
+		log.Warn("ignoring a journal from an older ferry that does not say which destination it is for; committed steps are found in the bucket",
+			zap.String("journal", old))
 	}
 	if o.node.nodes > 1 {
 		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
@@ -159,10 +170,6 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	metrics := agent.NewMetrics(reg)
 	var counters s3store.Counters
-	loc, err := parseLocation("to", o.to)
-	if err != nil {
-		return err
-	}
 	st, err := s3store.New(ctx, s3store.Config{
 		Endpoint: o.remote.Endpoint, Region: o.remote.Region, Profile: o.remote.Profile,
 		Bucket: loc.Bucket, MaxConns: o.concurrency + 4, Logger: log,
@@ -171,13 +178,15 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Bind the control socket first: a second agent on the same state dir
-	// must fail here, before it touches the journal or the upload state.
-	ctl, err := agent.ListenControl(agent.SocketPath(o.stateDir), log)
+	// Bind the control socket first: a second agent for the same watch
+	// dir and destination must fail here, before it touches the journal
+	// or the upload state.
+	ctl, err := agent.ListenControl(agent.SocketPath(stateDir), log)
 	if err != nil {
 		return err
 	}
 	defer ctl.Close()
+	ms := listenMetrics(o.metricsAddr, reg, log)
 	a, err := agent.New(agent.Options{
 		Store: st, Prefix: loc.Prefix, URL: loc.String(),
 		Detect: detect.Options{
@@ -186,7 +195,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker,
 		},
 		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth)},
-		StateDir:     o.stateDir,
+		StateDir:     stateDir,
+		AllowEmpty:   o.allowEmpty,
+		MetricsAddr:  ms.addr(),
 		KeepLocal:    o.keepLocal,
 		KeepRemote:   o.keepRemote,
 		Nodes:        o.node.nodes,
@@ -198,9 +209,57 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		Logger:       log,
 	})
 	if err != nil {
+		ms.close()
 		return err
 	}
+	return runAgentServers(ctx, a, ctl, ms, log)
+}
 
+// optionalMetrics is the metrics endpoint, or nil when it is off or no
+// address could be bound: metrics are optional and never stop uploads.
+type optionalMetrics struct{ *agent.MetricsServer }
+
+func (m optionalMetrics) addr() string {
+	if m.MetricsServer == nil {
+		return ""
+	}
+	return m.Addr()
+}
+
+func (m optionalMetrics) close() {
+	if m.MetricsServer != nil {
+		_ = m.Close()
+	}
+}
+
+// listenMetrics binds the metrics address. When it is taken (another
+// agent on the node) it warns, naming it, and binds a free port on the same
+// host instead, which `ferry status` shows.
+func listenMetrics(addr string, reg *prometheus.Registry, log *zap.Logger) optionalMetrics {
+	if addr == "" || addr == "off" {
+		return optionalMetrics{}
+	}
+	health := func() error { return nil }
+	m, err := agent.ListenMetrics(addr, reg, health, log)
+	if err == nil {
+		return optionalMetrics{m}
+	}
+	host, _, serr := net.SplitHostPort(addr)
+	if serr == nil {
+		if alt, aerr := agent.ListenMetrics(net.JoinHostPort(host, "0"), reg, health, log); aerr == nil {
+			log.Warn("metrics address unavailable; serving metrics on a free port instead (ferry status shows it)",
+				zap.String("wanted", addr), zap.String("addr", alt.Addr()), zap.Error(err))
+			return optionalMetrics{alt}
+		}
+	}
+	log.Warn("metrics disabled: cannot listen; uploads go on", zap.String("addr", addr), zap.Error(err))
+	return optionalMetrics{}
+}
+
+// runAgentServers runs the agent with its control socket and metrics until a
+// signal has been drained (or a second one aborts the drain), or the
+// control socket fails. Metrics failing only logs.
+func runAgentServers(ctx context.Context, a *agent.Agent, ctl *agent.ControlServer, ms optionalMetrics, log *zap.Logger) error {
 	// The first SIGINT/SIGTERM cancels ctx (main wires it): stop watching
 	// and drain. A second one aborts the drain; state is on disk.
 	second := make(chan os.Signal, 1)
@@ -212,57 +271,66 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	defer stopServers()
 	g, gctx := errgroup.WithContext(srvCtx)
 	g.Go(func() error { return ctl.Serve(gctx, a) })
-	if o.metricsAddr != "" && o.metricsAddr != "off" {
-		g.Go(func() error { return agent.ServeMetrics(gctx, o.metricsAddr, reg, func() error { return nil }, log) })
+	if ms.MetricsServer != nil {
+		g.Go(func() error {
+			if err := ms.Serve(gctx); err != nil {
+				log.Warn("metrics endpoint stopped; uploads go on", zap.Error(err))
+			}
+			return nil
+		})
 	}
-	g.Go(func() error {
-		select {
-		case <-ctx.Done():
-		case <-gctx.Done():
-			return nil
-		}
-		select {
-		case <-second: // consumed by NotifyContext's first delivery too; wait for the next
-		case <-gctx.Done():
-			return nil
-		}
-		select {
-		case <-second:
-			log.Warn("second signal: stopping now; uploads resume at the next start")
-			a.Abort()
-		case <-gctx.Done():
-		}
-		return nil
-	})
+	g.Go(func() error { return abortOnSecondSignal(ctx, gctx, second, a, log) })
 	g.Go(func() error { return watchdog(gctx) })
 
-	// Run stops when ctx is cancelled (a signal) or when a server fails.
+	// Run stops when ctx is cancelled (a signal) or when the control
+	// socket fails.
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(runCtx) }()
 	_ = sdnotify.Ready()
-	var err2 error
+	var err error
 	select {
-	case err2 = <-runErr:
+	case err = <-runErr:
 	case <-runCtx.Done():
 		_ = sdnotify.Stopping() // the drain begins
-		err2 = <-runErr
+		err = <-runErr
 	case <-gctx.Done():
-		// A server failed (e.g. the metrics port is taken): stop at once.
 		stopRun()
 		a.Abort()
-		err2 = <-runErr
+		<-runErr // interrupted by us: the server's error is the cause
 	}
 	_ = sdnotify.Stopping()
 	stopServers()
-	if gerr := g.Wait(); gerr != nil && err2 == nil {
-		err2 = gerr
+	if gerr := g.Wait(); gerr != nil {
+		err = gerr
 	}
-	if err2 == nil {
+	if err == nil {
 		log.Info("agent stopped", zap.Int64("last_committed", a.Status().LastCommitted))
 	}
-	return err2
+	return err
+}
+
+// abortOnSecondSignal aborts the drain when a second signal arrives after
+// ctx (the first) ended.
+func abortOnSecondSignal(ctx, gctx context.Context, second <-chan os.Signal, a *agent.Agent, log *zap.Logger) error {
+	select {
+	case <-ctx.Done():
+	case <-gctx.Done():
+		return nil
+	}
+	select {
+	case <-second: // consumed by NotifyContext's first delivery too; wait for the next
+	case <-gctx.Done():
+		return nil
+	}
+	select {
+	case <-second:
+		log.Warn("second signal: stopping now; uploads resume at the next start")
+		a.Abort()
+	case <-gctx.Done():
+	}
+	return nil
 }
 
 // watchdog pings systemd's watchdog while the agent runs.

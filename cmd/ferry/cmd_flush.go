@@ -12,23 +12,22 @@ import (
 )
 
 type flushOptions struct {
-	stateDir string
-	timeout  time.Duration
+	agent   agentSelector
+	timeout time.Duration
 }
 
 func newFlushCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "flush",
 		Usage: "wait until the running agent has committed every checkpoint it has seen; exit 1 naming the steps that are not",
-		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "timeout", Value: 15 * time.Minute, Usage: "give up after this long (0: wait as long as it takes)"},
-			stateDirFlag(),
-		},
+		Flags: append([]cli.Flag{
+			&cli.DurationFlag{Name: "timeout", Value: 15 * time.Minute, EnvVars: []string{"FERRY_FLUSH_TIMEOUT"}, Usage: "give up after this long (0: wait as long as it takes)"},
+		}, selectorFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("flush takes no arguments (got %q)", c.Args().First())
 			}
-			o := flushOptions{stateDir: c.String("state-dir"), timeout: c.Duration("timeout")}
+			o := flushOptions{agent: readSelector(c), timeout: c.Duration("timeout")}
 			if o.timeout < 0 {
 				return usagef("--timeout %v: must not be negative", o.timeout)
 			}
@@ -38,10 +37,11 @@ func newFlushCommand() *cli.Command {
 }
 
 func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) error {
-	if o.stateDir == "" {
-		o.stateDir = defaultStateDir()
+	dir, err := o.agent.locate()
+	if err != nil {
+		return err
 	}
-	cl := agent.DialControl(o.stateDir)
+	cl := agent.DialControl(dir)
 	if isTerminal(stderr) {
 		fmt.Fprintf(stderr, "waiting for the agent to commit every step it has seen (timeout %v)\n", o.timeout)
 	}

@@ -29,6 +29,7 @@ type pushOptions struct {
 	bandwidth   int64
 	json        bool
 	noDedup     bool
+	allowEmpty  bool
 	node        nodeInfo
 	sources     []string
 }
@@ -47,6 +48,7 @@ func newPushCommand() *cli.Command {
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "where resume state is kept (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "no-dedup", EnvVars: []string{"FERRY_NO_DEDUP"}, Usage: "upload every file, even one unchanged since the previous committed step"},
+			allowEmptyStepFlag(),
 		}, append(nodeFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
 			opts := pushOptions{
@@ -57,6 +59,7 @@ func newPushCommand() *cli.Command {
 				stateDir:    c.String("state-dir"),
 				json:        c.Bool("json"),
 				noDedup:     c.Bool("no-dedup"),
+				allowEmpty:  c.Bool("allow-empty"),
 				sources:     c.Args().Slice(),
 			}
 			var err error
@@ -72,6 +75,13 @@ func newPushCommand() *cli.Command {
 			return runPush(c.Context, opts, c.App.Writer, c.App.ErrWriter)
 		},
 	}
+}
+
+// allowEmptyStepFlag is push's and the agent's opt-in to committing a step
+// with no files, which a restore would then hand the trainer as "latest".
+func allowEmptyStepFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "allow-empty", EnvVars: []string{"FERRY_ALLOW_EMPTY_STEP"},
+		Usage: "commit a step even when it has no files (a restore of it restores nothing)"}
 }
 
 // pushSummary is what push prints with --json. Files and Bytes count the
@@ -131,6 +141,9 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if len(tree.Files) == 0 && !o.allowEmpty {
+		return fmt.Errorf("push %s: no files found, nothing committed; point at the checkpoint, or pass --allow-empty to commit an empty step", strings.Join(o.sources, " "))
+	}
 	stateDir := o.stateDir
 	if stateDir == "" {
 		stateDir = defaultStateDir()
@@ -153,16 +166,17 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 			Logger:      log,
 			OnHashed:    prog.Add,
 		},
-		Location: loc.String(),
-		Prefix:   loc.Prefix,
-		Step:     o.step,
-		Tree:     tree,
-		StateDir: stateDir,
-		Rank:     detect.RankOf,
-		Nodes:    o.node.nodes,
-		NodeRank: o.node.rank,
-		Run:      o.node.run,
-		NoDedup:  o.noDedup,
+		Location:   loc.String(),
+		Prefix:     loc.Prefix,
+		Step:       o.step,
+		Tree:       tree,
+		StateDir:   stateDir,
+		Rank:       detect.RankOf,
+		Nodes:      o.node.nodes,
+		NodeRank:   o.node.rank,
+		Run:        o.node.run,
+		NoDedup:    o.noDedup,
+		AllowEmpty: o.allowEmpty,
 	})
 	prog.Close()
 	if err != nil {

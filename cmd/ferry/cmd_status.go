@@ -15,37 +15,32 @@ import (
 )
 
 type statusOptions struct {
-	stateDir string
-	json     bool
-}
-
-// stateDirFlag names the running agent: its control socket lives there.
-func stateDirFlag() cli.Flag {
-	return &cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "the agent's state dir, where its control socket agent.sock is (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"}
+	agent agentSelector
+	json  bool
 }
 
 func newStatusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show what the running agent has seen: pending, uploading and committed steps, bytes, rate, last error",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the agent's status as JSON"},
-			stateDirFlag(),
-		},
+		}, selectorFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("status takes no arguments (got %q)", c.Args().First())
 			}
-			return runStatus(c.Context, statusOptions{stateDir: c.String("state-dir"), json: c.Bool("json")}, c.App.Writer)
+			return runStatus(c.Context, statusOptions{agent: readSelector(c), json: c.Bool("json")}, c.App.Writer)
 		},
 	}
 }
 
 func runStatus(ctx context.Context, o statusOptions, stdout io.Writer) error {
-	if o.stateDir == "" {
-		o.stateDir = defaultStateDir()
+	dir, err := o.agent.locate()
+	if err != nil {
+		return err
 	}
-	st, err := agent.DialControl(o.stateDir).Status(ctx)
+	st, err := agent.DialControl(dir).Status(ctx)
 	if err != nil {
 		return err
 	}
@@ -68,6 +63,7 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) error {
 		fmt.Fprint(w, "  draining")
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "state %s  metrics %s\n", st.StateDir, orValue(st.MetricsAddr, "off"))
 	if st.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", oneLine(st.LastError))
 	}
@@ -93,6 +89,13 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) error {
 			s.Detected.Local().Format("2006-01-02 15:04:05"), committed, truncate(errText, 120))
 	}
 	return tw.Flush()
+}
+
+func orValue(s, none string) string {
+	if s == "" {
+		return none
+	}
+	return s
 }
 
 func orDash(s string) string {

@@ -35,9 +35,15 @@ func (f *fakeAgent) Flush(ctx context.Context) ([]int64, error) {
 // test ends, as a running `ferry agent` would.
 func serveAgent(t *testing.T, c agent.Controller) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "state")
+	base := filepath.Join(t.TempDir(), "state")
+	st := c.Status()
+	id := agent.Identity{Destination: st.Destination, Watch: st.Watch}
+	dir := agent.AgentStateDir(base, id)
 	s, err := agent.ListenControl(agent.SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.ClaimStateDir(dir, id); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,13 +55,14 @@ func serveAgent(t *testing.T, c agent.Controller) string {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return dir
+	return base
 }
 
 func agentStatus() agent.Status {
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	return agent.Status{
 		Watch: "/ckpt", Destination: "s3://bucket/run", Layout: "dcp", Started: t0,
+		StateDir: "/state/agents/0123456789abcdef", MetricsAddr: "127.0.0.1:40123",
 		Steps: []agent.StepStatus{
 			{Step: 1200, State: agent.StateCommitted, Files: 3, Bytes: 3 << 30, BytesSent: 3 << 30, Detected: t0, Committed: t0.Add(90 * time.Second)},
 			{Step: 1300, State: agent.StateUploading, Files: 3, Bytes: 3 << 30, BytesSent: 1 << 30, Detected: t0.Add(time.Hour)},
@@ -72,12 +79,16 @@ func TestStatusCommand(t *testing.T) {
 
 	out := ferry(t, nil, "status", "--state-dir", dir).must(t, 0).stdout
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 6 {
-		t.Fatalf("want header, last error, table head and 3 rows; got:\n%s", out)
+	if len(lines) != 7 {
+		t.Fatalf("want header, state line, last error, table head and 3 rows; got:\n%s", out)
 	}
 	if !containsAll(lines[0], "/ckpt -> s3://bucket/run", "last committed 1200", "rate 200.0 MiB/s", "sent 4.0 GiB") {
 		t.Errorf("header line: %q", lines[0])
 	}
+	if lines[1] != "state /state/agents/0123456789abcdef  metrics 127.0.0.1:40123" {
+		t.Errorf("state line: %q", lines[1])
+	}
+	lines = append(lines[:1], lines[2:]...)
 	if lines[1] != "last error: upload part 4: connection reset" {
 		t.Errorf("last error line: %q", lines[1])
 	}
@@ -154,7 +165,7 @@ func TestControlCommandsWithoutAgent(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"flush"}} {
 		r := ferry(t, nil, append(args, "--state-dir", dir)...).must(t, 1)
-		want := "ferry: no ferry agent is running with state dir " + dir + " (socket " + filepath.Join(dir, "agent.sock") + ")\n"
+		want := "ferry: no ferry agent is running with state dir " + dir + "\n"
 		if r.stderr != want {
 			t.Errorf("%v: stderr %q, want %q", args, r.stderr, want)
 		}

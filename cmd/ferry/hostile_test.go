@@ -636,10 +636,9 @@ func TestAgentListensLocallyByDefault(t *testing.T) {
 	}
 
 	srv := s3test.Shared(t)
-	state := filepath.Join(t.TempDir(), "state")
-	startAgentProcess(t, srv.Env(), "--watch", t.TempDir(), "--to", "s3://"+srv.NewBucket(t)+"/run", "--state-dir", state,
-		"--metrics-addr", "off")
-	sock := agent.SocketPath(state)
+	state, watch, to := filepath.Join(t.TempDir(), "state"), t.TempDir(), "s3://"+srv.NewBucket(t)+"/run"
+	startAgentProcess(t, srv.Env(), "--watch", watch, "--to", to, "--state-dir", state, "--metrics-addr", "off")
+	sock := agentSocket(t, state, watch, to)
 	waitFor(t, "the control socket", 30*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 	fi, err := os.Stat(sock)
 	if err != nil {

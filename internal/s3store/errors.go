@@ -21,7 +21,7 @@ var ErrAccessDenied = errors.New("access denied")
 
 // ErrNoSuchBucket is returned (wrapped) when the bucket does not exist. Such
 // errors also match store.ErrNotExist, as the store contract requires.
-var ErrNoSuchBucket = errors.New("bucket does not exist")
+var ErrNoSuchBucket = store.ErrNoBucket
 
 // storeError carries a message of its own while matching sentinels with
 // errors.Is, so that a user reads one clear line instead of the SDK's.

@@ -21,6 +21,12 @@ import (
 // a call does not exist. Callers test with errors.Is.
 var ErrNotExist = errors.New("object does not exist")
 
+// ErrNoBucket is returned (wrapped) when the bucket itself does not exist.
+// Such errors also match ErrNotExist, but callers that would read "absent
+// object" as "nothing committed yet" (a push checking for a manifest) must
+// stop instead: nothing can be written to a missing bucket.
+var ErrNoBucket = errors.New("bucket does not exist")
+
 // ErrPreconditionFailed is returned (wrapped) when a conditional write lost:
 // Put with IfNoneMatch found the key already present.
 var ErrPreconditionFailed = errors.New("precondition failed: object already exists")
