@@ -282,6 +282,7 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		requests++
 		rc, err := w.r.store.Get(ctx, key, w.pos, want)
 		if err == nil {
+			rc = guardBody(rc, w.r.opts.LowSpeedLimit, w.r.opts.LowSpeedTime)
 			err = w.copy(ctx, rc)
 			rc.Close()
 		}
@@ -295,7 +296,7 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		if errors.Is(err, store.ErrNotExist) || errors.Is(err, errTooLong) || errors.As(err, &werr) {
 			return err // fetching again cannot help
 		}
-		if w.pos > start {
+		if w.pos > start && !errors.Is(err, errLowSpeed) {
 			retries = 0 // a body that keeps delivering is worth following
 		}
 		if retries++; retries > maxChunkRetries {

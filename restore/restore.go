@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -81,6 +82,14 @@ type Options struct {
 	// needs of the step, as SelectForNode decides from its manifest. It
 	// excludes Ranks.
 	Nodes, NodeRank int
+	// LowSpeedLimit (bytes/s) and LowSpeedTime bound a slow GET: a body
+	// delivering less than LowSpeedLimit over LowSpeedTime is cut and the
+	// range fetched again, a few times at most, so a trickling server
+	// fails the restore in minutes with a clear error. Zero means
+	// DefaultLowSpeedLimit and DefaultLowSpeedTime; a negative limit
+	// disables the guard.
+	LowSpeedLimit int64
+	LowSpeedTime  time.Duration
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -133,6 +142,12 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	}
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.LowSpeedLimit == 0 {
+		opts.LowSpeedLimit = DefaultLowSpeedLimit
+	}
+	if opts.LowSpeedTime <= 0 {
+		opts.LowSpeedTime = DefaultLowSpeedTime
 	}
 	// Chunks are hashed as subtrees of the file's BLAKE3 tree, which needs
 	// a power-of-two size.

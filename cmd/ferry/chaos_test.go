@@ -420,21 +420,27 @@ func TestCLIRestoreUnderFaults(t *testing.T) {
 		rule   s3proxy.Rule
 		wantOK bool
 		expect []string
+		args   []string
 	}{
-		{"a flipped byte once", s3proxy.Rule{Ops: get, KeyPrefix: key, Times: 1, Action: s3proxy.FlipByte(100)}, true, nil},
-		{"a truncated body once", s3proxy.Rule{Ops: get, KeyPrefix: key, Times: 1, Action: s3proxy.TruncateBody(1000)}, true, nil},
+		{"a flipped byte once", s3proxy.Rule{Ops: get, KeyPrefix: key, Times: 1, Action: s3proxy.FlipByte(100)}, true, nil, nil},
+		{"a truncated body once", s3proxy.Rule{Ops: get, KeyPrefix: key, Times: 1, Action: s3proxy.TruncateBody(1000)}, true, nil, nil},
 		{"a flipped byte every time", s3proxy.Rule{Ops: get, KeyPrefix: key, Action: s3proxy.FlipByte(100)}, false,
-			[]string{"restore model.pt", "BLAKE3 mismatch"}},
+			[]string{"restore model.pt", "BLAKE3 mismatch"}, nil},
 		// Not TruncateBody(1000): restore follows a body that keeps
 		// delivering, so 1,000 bytes a GET would succeed after 7,000 GETs.
 		{"an empty body every time", s3proxy.Rule{Ops: get, KeyPrefix: key, Action: s3proxy.TruncateBody(0)}, false,
-			[]string{"download model.pt", "object ended at byte"}},
+			[]string{"download model.pt", "object ended at byte"}, nil},
+		// A body that keeps delivering, far too slowly: each GET is cut
+		// after one low-speed window, and the range is tried a bounded
+		// number of times (without the guard: an hour for 7 MiB).
+		{"a trickling body every time", s3proxy.Rule{Ops: get, KeyPrefix: key, Action: s3proxy.Trickle(2 << 10)}, false,
+			[]string{"download model.pt", "body too slow", "less than 64.0 KiB/s for 1s"}, []string{"--low-speed-limit", "64KiB/s", "--low-speed-time", "1s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			view, px := srv.WithProxy(t, s3proxy.Config{Rules: []s3proxy.Rule{c.rule}, Logf: func(string, ...any) {}})
 			dst := t.TempDir()
 			writeFile(t, filepath.Join(dst, "model.pt"), old)
-			r := ferry(t, view, "restore", "--from", url, "--to", dst)
+			r := ferry(t, view, append([]string{"restore", "--from", url, "--to", dst}, c.args...)...)
 			faulted := 0
 			for _, q := range px.Requests() {
 				if q.Fault != "" {

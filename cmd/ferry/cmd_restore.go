@@ -25,6 +25,9 @@ type restoreOptions struct {
 	concurrency int
 	pageCache   bool
 	json        bool
+	// lowSpeedLimit (bytes/s, 0: off) over lowSpeedTime cuts a slow GET.
+	lowSpeedLimit int64
+	lowSpeedTime  time.Duration
 	// ranks, or nodes and nodeRank, select what to restore (0 nodes: all).
 	ranks           string
 	nodes, nodeRank int
@@ -42,6 +45,8 @@ func newRestoreCommand() *cli.Command {
 			&cli.IntFlag{Name: "concurrency", Value: 16, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "ranged GETs in flight"},
 			&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Usage: "write through the page cache instead of with direct I/O, so the files stay cached (more CPU)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
+			&cli.DurationFlag{Name: "low-speed-time", Value: restore.DefaultLowSpeedTime, EnvVars: []string{"FERRY_LOW_SPEED_TIME"}, Usage: "the window of --low-speed-limit"},
 			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
 			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (no environment default)"},
 			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1"},
@@ -50,18 +55,24 @@ func newRestoreCommand() *cli.Command {
 			if c.Args().Len() > 0 {
 				return usagef("restore takes no arguments (got %q); use --to DIR", c.Args().First())
 			}
+			limit, err := rateFlag(c, "low-speed-limit")
+			if err != nil {
+				return err
+			}
 			return runRestore(c.Context, restoreOptions{
-				remote:      readRemoteOptions(c),
-				from:        c.String("from"),
-				to:          c.String("to"),
-				step:        c.Int64("step"),
-				allowEmpty:  c.Bool("allow-empty"),
-				concurrency: c.Int("concurrency"),
-				pageCache:   c.Bool("page-cache"),
-				json:        c.Bool("json"),
-				ranks:       c.String("ranks"),
-				nodes:       c.Int("nodes"),
-				nodeRank:    c.Int("node-rank"),
+				lowSpeedLimit: limit,
+				lowSpeedTime:  c.Duration("low-speed-time"),
+				remote:        readRemoteOptions(c),
+				from:          c.String("from"),
+				to:            c.String("to"),
+				step:          c.Int64("step"),
+				allowEmpty:    c.Bool("allow-empty"),
+				concurrency:   c.Int("concurrency"),
+				pageCache:     c.Bool("page-cache"),
+				json:          c.Bool("json"),
+				ranks:         c.String("ranks"),
+				nodes:         c.Int("nodes"),
+				nodeRank:      c.Int("node-rank"),
 			}, c.App.Writer, c.App.ErrWriter)
 		},
 	}
@@ -90,6 +101,12 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	}
 	if o.concurrency < 1 || o.concurrency > 1024 {
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	}
+	if o.lowSpeedTime <= 0 {
+		return usagef("--low-speed-time %v: must be positive", o.lowSpeedTime)
+	}
+	if o.lowSpeedLimit == 0 {
+		o.lowSpeedLimit = -1 // restore.Options: negative disables the guard
 	}
 	var ranks restore.RankSet
 	switch {
@@ -131,6 +148,9 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		Concurrency: o.concurrency,
 		Buffered:    o.pageCache,
 		Logger:      log,
+
+		LowSpeedLimit: o.lowSpeedLimit,
+		LowSpeedTime:  o.lowSpeedTime,
 		Progress: func(done, total int64) {
 			if !showBar {
 				return

@@ -88,6 +88,7 @@ const (
 	actStallMidResponse
 	actTruncate
 	actFlipByte
+	actTrickle
 )
 
 // Action is what the proxy does to a request a rule fires on. Build one with
@@ -162,6 +163,12 @@ func TruncateBody(n int64) Action { return Action{kind: actTruncate, n: n} }
 // Nothing changes when the body is shorter.
 func FlipByte(offset int64) Action { return Action{kind: actFlipByte, n: offset} }
 
+// Trickle forwards the request and sends the response body at about
+// bytesPerSecond, in pieces ten times a second: a server or path that keeps
+// delivering, too slowly to be of use. Only a client's own low-speed limit
+// gets past it in reasonable time.
+func Trickle(bytesPerSecond int64) Action { return Action{kind: actTrickle, n: bytesPerSecond} }
+
 func (a Action) validate() error {
 	switch a.kind {
 	case actStatus:
@@ -175,6 +182,10 @@ func (a Action) validate() error {
 	case actTruncate, actFlipByte, actResetMidResponse:
 		if a.n < 0 {
 			return fmt.Errorf("action %v: negative byte count", a)
+		}
+	case actTrickle:
+		if a.n <= 0 {
+			return fmt.Errorf("action %v: the rate must be positive", a)
 		}
 	}
 	return nil
@@ -204,6 +215,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("truncate body to %d bytes", a.n)
 	case actFlipByte:
 		return fmt.Sprintf("flip body byte %d", a.n)
+	case actTrickle:
+		return fmt.Sprintf("trickle body at %d B/s", a.n)
 	}
 	return "forward"
 }

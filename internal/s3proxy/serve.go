@@ -199,8 +199,31 @@ func (p *Proxy) respond(ex *exchange, resp *http.Response, act Action) {
 		}
 		resetConn(conn)
 		return
+	case actTrickle:
+		p.trickle(ex.w, body, act.n)
+		return
 	}
 	_, _ = io.Copy(ex.w, body)
+}
+
+// trickle sends body at about rate bytes/s, flushing each piece, until the
+// body ends, the client leaves or the proxy closes.
+func (p *Proxy) trickle(w http.ResponseWriter, body io.Reader, rate int64) {
+	const perSecond = 10
+	piece := max(rate/perSecond, 1)
+	f, _ := w.(http.Flusher)
+	for {
+		n, err := io.CopyN(w, body, piece)
+		if f != nil {
+			f.Flush()
+		}
+		if err != nil || n < piece {
+			return
+		}
+		if !p.hold(time.Second/perSecond, nil) {
+			return
+		}
+	}
 }
 
 // hijack takes over the client connection. Without a hijackable connection
