@@ -14,7 +14,7 @@ import (
 )
 
 const (
-	unitFile    = "../../deploy/systemd/ferry-agent.service"
+	unitFile    = "../../deploy/systemd/ferry-agent@.service"
 	envExample  = "../../deploy/systemd/ferry-agent.env.example"
 	stateDirVar = "FERRY_STATE_DIR"
 )
