@@ -50,9 +50,16 @@ const (
 	directBufAlign     = 4096
 )
 
+// preallocMin is the smallest file whose space is reserved (fallocate)
+// before its download, so that a full disk fails it at once rather than
+// after gigabytes. Smaller files are not worth the extra call each: a
+// full disk fails their write just as clearly. Direct I/O and Fsync
+// always reserve.
+const preallocMin = 4 << 20
+
 // writebackStep is how much a worker writes to its chunk before it starts
 // the writeback of those bytes to disk, so the fsync before the rename has
-// little left to wait for.
+// little left to wait for (Options.Fsync only).
 const writebackStep = 32 << 20
 
 // ErrHashMismatch is returned (wrapped) when a downloaded file does not hash
@@ -311,7 +318,7 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 			return err
 		}
 	}
-	if t.align == 0 && w.pos > w.writebackPos {
+	if t.align == 0 && w.r.opts.Fsync && w.pos > w.writebackPos {
 		startWriteback(t.f, w.writebackPos, w.pos-w.writebackPos)
 	}
 	return nil
@@ -404,7 +411,7 @@ func (w *chunkWriter) write(p []byte, last bool) error {
 	}
 	w.pos += int64(len(p))
 	w.r.progress(t.job, t.wrote(int64(len(p))))
-	if t.align == 0 && w.pos-w.writebackPos >= writebackStep {
+	if t.align == 0 && w.r.opts.Fsync && w.pos-w.writebackPos >= writebackStep {
 		startWriteback(t.f, w.writebackPos, w.pos-w.writebackPos)
 		w.writebackPos = w.pos
 	}
@@ -557,7 +564,7 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 		return fmt.Errorf("restore %s: %w", job.file.Path, err)
 	}
 	var align int64
-	if !r.opts.Buffered && r.opts.ChunkSize >= directBufAlign {
+	if r.opts.DirectIO && r.opts.ChunkSize >= directBufAlign {
 		align = enableDirect(f)
 	}
 	t := newTransfer(job, seq, f, r.opts.ChunkSize, align)
@@ -576,8 +583,10 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 	if align > 0 {
 		size = (size + align - 1) &^ (align - 1)
 	}
-	if err := preallocate(f, size); err != nil {
-		return fmt.Errorf("restore %s: %w", job.file.Path, err)
+	if align > 0 || r.opts.Fsync || size >= preallocMin {
+		if err := preallocate(f, size); err != nil {
+			return fmt.Errorf("restore %s: %w", job.file.Path, err)
+		}
 	}
 	r.queue.push(t) // a 0-byte file has no chunks: nothing to GET
 	sum, err := r.awaitSum(ctx, t)

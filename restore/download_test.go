@@ -300,7 +300,7 @@ func TestBodyBreaksInsideABlock(t *testing.T) {
 			}}
 			m := commit(t, st, 1, []tfile{{path: "rank0.pt", data: data}}, nil)
 			dir := t.TempDir()
-			res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib, Concurrency: 3, Buffered: buffered})
+			res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib, Concurrency: 3, DirectIO: !buffered})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,9 +329,10 @@ func TestBodyBreaksInsideABlock(t *testing.T) {
 	}
 }
 
-// TestDirectIOUsedWhereSupported checks that a default restore writes with
-// direct I/O on a filesystem that has it (ext4, xfs...), and that a file
-// whose size is not a whole number of blocks comes out exactly its size.
+// TestDirectIOUsedWhereSupported checks that a restore with DirectIO writes
+// with direct I/O on a filesystem that has it (ext4, xfs...), that a file
+// whose size is not a whole number of blocks comes out exactly its size,
+// and that a default restore writes through the page cache.
 func TestDirectIOUsedWhereSupported(t *testing.T) {
 	dir := t.TempDir()
 	if !directSupported(t, dir) {
@@ -340,12 +341,22 @@ func TestDirectIOUsedWhereSupported(t *testing.T) {
 	st := store.NewMemStore()
 	files := []tfile{{path: "a.pt", data: randBytes(3*mib+1, 1)}, {path: "b.pt", data: randBytes(4095, 2)}, {path: "c.pt", data: randBytes(8192, 3)}}
 	commit(t, st, 1, files, nil)
-	res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib})
+	res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib, DirectIO: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Direct != len(files) {
 		t.Errorf("%d of %d files written with direct I/O", res.Direct, len(files))
+	}
+	for _, f := range files {
+		assertFile(t, filepath.Join(dir, f.path), f.data)
+	}
+	dir = t.TempDir()
+	if res, err = Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 1, ChunkSize: mib}); err != nil {
+		t.Fatal(err)
+	}
+	if res.Direct != 0 {
+		t.Errorf("a default restore wrote %d files with direct I/O, want none (page cache)", res.Direct)
 	}
 	for _, f := range files {
 		assertFile(t, filepath.Join(dir, f.path), f.data)

@@ -78,8 +78,9 @@ func (r *restorer) createTemp(rel string) (*os.File, string, error) {
 	return nil, "", fmt.Errorf("create temp file in %s: too many name collisions", filepath.Dir(rel))
 }
 
-// place checks, fsyncs and renames a verified temp file over the final
-// path. The directory is fsynced later, once per directory.
+// place checks a verified temp file's size and renames it over the final
+// path; with Options.Fsync it fsyncs the file first, and its directory is
+// fsynced later, once per directory.
 func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
 	fi, err := f.Stat()
 	if err != nil {
@@ -88,8 +89,10 @@ func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
 	if fi.Size() != job.file.Size {
 		return fmt.Errorf("size mismatch: got %d bytes, manifest says %d", fi.Size(), job.file.Size)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp, err)
+	if r.opts.Fsync {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", tmp, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
@@ -245,6 +248,9 @@ func (r *restorer) placeLinks(p *plan) error {
 // each, so that the renames survive a crash. Batching per directory keeps
 // restores of many small files from paying a directory fsync per file.
 func (r *restorer) syncAllDirs(ctx context.Context) error {
+	if !r.opts.Fsync {
+		return nil
+	}
 	dirs := make([]string, 0, len(r.syncDirs))
 	for d := range r.syncDirs {
 		dirs = append(dirs, d)

@@ -70,11 +70,20 @@ type Options struct {
 	// that fetches it. It does not size any buffer: bodies are streamed to
 	// disk.
 	ChunkSize int64
-	// Buffered writes the files through the page cache instead of with
-	// direct I/O, so they stay cached after the restore. Direct I/O (the
-	// default where the filesystem supports it) costs far less CPU and
-	// memory bandwidth; either way every file is fsynced before its rename.
-	Buffered bool
+	// DirectIO writes the files with direct I/O where the filesystem
+	// supports it: far less CPU and memory bandwidth, but the files are
+	// not in the page cache afterwards, so a trainer that reads them right
+	// away reads them back from disk. By default they go through the page
+	// cache, where the trainer finds them.
+	DirectIO bool
+	// Fsync makes the restore durable before it returns: every file is
+	// fsynced before its rename and every changed directory once at the
+	// end. Without it the kernel writes the data back in its own time;
+	// every file is still verified against its BLAKE3 before its rename,
+	// and a later restore re-verifies a file it finds at a final path
+	// before keeping it, so a crash that loses unsynced data can never
+	// leave the trainer reading wrong bytes after the entrypoint's restore.
+	Fsync bool
 	// Ranks, when set, selects the ranked files to restore; files with a nil
 	// Rank are shared by all ranks and always restored, as are symlinks.
 	Ranks func(rank *int) bool
@@ -107,7 +116,7 @@ type Result struct {
 	// disk and Downloaded were fetched. Files == Kept + Downloaded.
 	Files, Kept, Downloaded int
 	// Direct is how many of the Downloaded files were written with direct
-	// I/O; the others went through the page cache (Options.Buffered, or a
+	// I/O; the others went through the page cache (the default, or a
 	// filesystem without direct I/O).
 	Direct int
 	// Symlinks is the number of manifest symlinks in place.

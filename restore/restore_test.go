@@ -50,7 +50,7 @@ func testRoundTripSizes(t *testing.T, buffered bool) {
 	var mu sync.Mutex
 	var lastDone, lastTotal int64
 	res, err := Restore(context.Background(), Options{
-		Store: st, Prefix: testPrefix, Dir: dir, Step: LatestStep, Concurrency: 4, ChunkSize: mib, Buffered: buffered,
+		Store: st, Prefix: testPrefix, Dir: dir, Step: LatestStep, Concurrency: 4, ChunkSize: mib, DirectIO: !buffered,
 		Progress: func(done, total int64) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -68,8 +68,13 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		return manifest.File{}, err
 	}
 	u.stats.objects.Add(1)
-	if u.opts.State != nil {
-		if err := u.opts.State.Finish(f.Key, DoneObject{Stamp: stamp, BLAKE3: mf.BLAKE3, PartSize: mf.PartSize}); err != nil {
+	if st := u.opts.State; st != nil {
+		done := DoneObject{Stamp: stamp, BLAKE3: mf.BLAKE3, PartSize: mf.PartSize}
+		if mf.PartSize == 0 {
+			// One PUT: no save of the state per file (a fsync and a
+			// rename each); after a crash the file is sent again.
+			st.Note(f.Key, done)
+		} else if err := st.Finish(f.Key, done); err != nil {
 			return manifest.File{}, fmt.Errorf("record finished object: %w", err)
 		}
 	}

@@ -116,6 +116,16 @@ func (s *State) Finish(key string, d DoneObject) error {
 	return s.saveLocked()
 }
 
+// Note records that key was written whole without saving: the record goes
+// to disk with the next save, if any. For objects sent in one PUT, whose
+// re-sending after a crash costs less than a fsync and a rename per file.
+func (s *State) Note(key string, d DoneObject) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.data.Uploads, key)
+	s.data.Done[key] = d
+}
+
 // GetDone returns the record of an object written whole.
 func (s *State) GetDone(key string) (DoneObject, bool) {
 	s.mu.Lock()

@@ -23,7 +23,8 @@ type restoreOptions struct {
 	step        int64
 	allowEmpty  bool
 	concurrency int
-	pageCache   bool
+	directIO    bool
+	fsync       bool
 	json        bool
 	// lowSpeedLimit (bytes/s, 0: off) over lowSpeedTime cuts a slow GET.
 	lowSpeedLimit int64
@@ -43,7 +44,11 @@ func newRestoreCommand() *cli.Command {
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
 			&cli.IntFlag{Name: "concurrency", Value: 16, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "ranged GETs in flight"},
-			&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Usage: "write through the page cache instead of with direct I/O, so the files stay cached (more CPU)"},
+			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"FERRY_FSYNC"}, Usage: "make every restored file durable (fsync) before exiting; without it files are still verified before their rename and re-verified by the next restore"},
+			&cli.BoolFlag{Name: "direct-io", EnvVars: []string{"FERRY_DIRECT_IO"}, Usage: "write with direct I/O: less CPU, but the trainer then reads the files back from disk instead of the page cache"},
+			// The default since direct I/O became opt-in; kept so scripts
+			// that pass it keep working.
+			&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Hidden: true},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
 			&cli.DurationFlag{Name: "low-speed-time", Value: restore.DefaultLowSpeedTime, EnvVars: []string{"FERRY_LOW_SPEED_TIME"}, Usage: "the window of --low-speed-limit"},
@@ -68,7 +73,8 @@ func newRestoreCommand() *cli.Command {
 				step:          c.Int64("step"),
 				allowEmpty:    c.Bool("allow-empty"),
 				concurrency:   c.Int("concurrency"),
-				pageCache:     c.Bool("page-cache"),
+				directIO:      c.Bool("direct-io"),
+				fsync:         c.Bool("fsync"),
 				json:          c.Bool("json"),
 				ranks:         c.String("ranks"),
 				nodes:         c.Int("nodes"),
@@ -146,7 +152,8 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		Dir:         o.to,
 		Step:        o.step,
 		Concurrency: o.concurrency,
-		Buffered:    o.pageCache,
+		DirectIO:    o.directIO,
+		Fsync:       o.fsync,
 		Logger:      log,
 
 		LowSpeedLimit: o.lowSpeedLimit,
