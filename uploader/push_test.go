@@ -271,3 +271,48 @@ func TestScanSymlinks(t *testing.T) {
 		t.Fatalf("skipped = %v, want the link to /etc/passwd", tree.Skipped)
 	}
 }
+
+// A step with no files is refused before any request unless AllowEmpty:
+// an empty step would become "latest" and a restore would hand the
+// trainer nothing. The agent's steps take the same path.
+func TestPushRefusesEmptyStep(t *testing.T) {
+	for _, nodes := range []int{1, 2} {
+		counted := &countingStore{Store: store.NewMemStore()}
+		_, err := push(t, counted, t.TempDir(), 5, t.TempDir(), func(o *PushOptions) { o.Nodes = nodes })
+		if !errors.Is(err, ErrEmptyStep) {
+			t.Fatalf("%d nodes: push of an empty directory: %v, want ErrEmptyStep", nodes, err)
+		}
+		if n := counted.calls.Load(); n != 0 {
+			t.Errorf("%d nodes: %d requests for a refused empty step, want 0", nodes, n)
+		}
+	}
+	st := store.NewMemStore()
+	if _, err := push(t, st, t.TempDir(), 5, "", func(o *PushOptions) { o.AllowEmpty = true }); err != nil {
+		t.Fatalf("push with AllowEmpty: %v", err)
+	}
+	m, err := manifest.Get(context.Background(), st, "run", 5)
+	if err != nil || len(m.Files) != 0 {
+		t.Fatalf("with AllowEmpty: manifest %+v, %v; want an empty step committed", m, err)
+	}
+}
+
+// countingStore counts every call made to it.
+type countingStore struct {
+	store.Store
+	calls atomic.Int64
+}
+
+func (c *countingStore) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	c.calls.Add(1)
+	return c.Store.Get(ctx, key, off, n)
+}
+
+func (c *countingStore) Head(ctx context.Context, key string) (store.ObjectInfo, error) {
+	c.calls.Add(1)
+	return c.Store.Head(ctx, key)
+}
+
+func (c *countingStore) List(ctx context.Context, prefix, after string, max int, fn func(store.ObjectInfo) error) error {
+	c.calls.Add(1)
+	return c.Store.List(ctx, prefix, after, max, fn)
+}

@@ -67,15 +67,17 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 			abandoned++
 		}
 	}
+	// Which agent answered, so a job script's log shows it was its own.
+	who := ": " + st.Watch + " -> " + st.Destination
 	switch {
 	case committed == 0 && abandoned == 0:
-		fmt.Fprintln(stdout, "nothing to flush: the agent has seen no complete step yet")
+		fmt.Fprintln(stdout, "nothing to flush: the agent has seen no complete step yet"+who)
 	case committed == 0:
-		fmt.Fprintf(stdout, "nothing committed: %d abandoned steps were deleted before they were durable\n", abandoned)
+		fmt.Fprintf(stdout, "nothing committed: %d abandoned steps were deleted before they were durable%s\n", abandoned, who)
 	case abandoned > 0:
-		fmt.Fprintf(stdout, "%s (last committed step %d; %d abandoned: deleted before they were durable)\n", allCommitted(committed), st.LastCommitted, abandoned)
+		fmt.Fprintf(stdout, "%s (last committed step %d; %d abandoned: deleted before they were durable)%s\n", allCommitted(committed), st.LastCommitted, abandoned, who)
 	default:
-		fmt.Fprintf(stdout, "%s (last committed step %d)\n", allCommitted(committed), st.LastCommitted)
+		fmt.Fprintf(stdout, "%s (last committed step %d)%s\n", allCommitted(committed), st.LastCommitted, who)
 	}
 	return nil
 }

@@ -136,7 +136,7 @@ func TestFlushCommand(t *testing.T) {
 		return nil, nil
 	}})
 	r := ferry(t, nil, "flush", "--state-dir", dir, "--timeout", "1h").must(t, 0)
-	if strings.TrimSpace(r.stdout) != "1 step committed (last committed step 1200)" {
+	if strings.TrimSpace(r.stdout) != "1 step committed (last committed step 1200): /ckpt -> s3://bucket/run" {
 		t.Fatalf("flush printed %q", r.stdout)
 	}
 
