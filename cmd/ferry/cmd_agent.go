@@ -172,7 +172,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	var counters s3store.Counters
 	st, err := s3store.New(ctx, s3store.Config{
 		Endpoint: o.remote.Endpoint, Region: o.remote.Region, Profile: o.remote.Profile,
-		Bucket: loc.Bucket, MaxConns: o.concurrency + 4, Logger: log,
+		Bucket: loc.Bucket, MaxConns: o.concurrency, Logger: log,
 		OnRequest: func(op string) { counters.Count(op); metrics.Request(op) },
 	})
 	if err != nil {

@@ -133,7 +133,7 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
 	var counters s3store.Counters
-	st, loc, err := openStore(ctx, o.remote, "to", o.to, log, o.concurrency+4, &counters)
+	st, loc, err := openStore(ctx, o.remote, "to", o.to, log, o.concurrency, &counters)
 	if err != nil {
 		return err
 	}

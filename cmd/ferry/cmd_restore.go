@@ -134,7 +134,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
 	var counters s3store.Counters
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency+4, &counters)
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency, &counters)
 	if err != nil {
 		return err
 	}

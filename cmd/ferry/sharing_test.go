@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,5 +250,33 @@ func TestControlAnswersWhileServerStalls(t *testing.T) {
 	jobFerry(t, env, watch, to, "flush", "--timeout", "30s").must(t, 0)
 	if d := time.Since(start); d > 2300*time.Millisecond {
 		t.Errorf("flush took %v while the server stalls, want its 1.3s grace plus under 1s", d)
+	}
+}
+
+// Connections are reused: a push of many parts and a restore of many GETs
+// open no more connections than requests they run at once. Against R2
+// each new connection is a TLS handshake and a cold congestion window.
+func TestCLIReusesConnections(t *testing.T) {
+	srv := s3test.Shared(t)
+	view, px := srv.WithProxy(t, s3proxy.Config{})
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(12*5*mib, 51)) // 12 parts
+	for i := range 12 {
+		writeFile(t, filepath.Join(src, fmt.Sprintf("shard-%02d.pt", i)), randomBytes(300<<10, byte(60+i)))
+	}
+	const conc = 4
+	ferry(t, view, "push", "--quiet", "--to", url, "--step", "1", "--part-size", "5MiB", "--concurrency", fmt.Sprint(conc), src).must(t, 0)
+	pushConns, pushMax := px.Conns()
+	pushReqs := len(px.Requests())
+	px.Reset()
+	dst := t.TempDir()
+	ferry(t, view, "restore", "--quiet", "--from", url, "--to", dst, "--concurrency", fmt.Sprint(conc)).must(t, 0)
+	sameTree(t, src, dst)
+	restoreConns, restoreMax := px.Conns()
+	t.Logf("push: %d requests over %d connections (%d open at most); restore: %d requests over %d connections (%d at most)",
+		pushReqs, pushConns, pushMax, len(px.Requests()), restoreConns, restoreMax)
+	if pushConns > conc || restoreConns > conc {
+		t.Errorf("push opened %d connections and restore %d for --concurrency %d: connections are not reused", pushConns, restoreConns, conc)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -99,6 +100,9 @@ type Proxy struct {
 	ln      net.Listener
 	closing chan struct{} // closed by Close: ends delays and stalls
 	wg      sync.WaitGroup
+	// conns counts the client connections accepted, maxOpen the most open
+	// at once.
+	conns, open, maxOpen atomic.Int64
 
 	mu         sync.Mutex
 	started    bool
@@ -178,13 +182,38 @@ func (p *Proxy) Start() error {
 	}
 	p.started = true
 	p.ln = ln
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ConnState: p.connState}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		_ = p.srv.Serve(ln) // returns http.ErrServerClosed after Close
 	}()
 	return nil
+}
+
+// connState counts client connections: each new one, and how many are
+// open at once.
+func (p *Proxy) connState(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		p.conns.Add(1)
+		n := p.open.Add(1)
+		for {
+			m := p.maxOpen.Load()
+			if n <= m || p.maxOpen.CompareAndSwap(m, n) {
+				break
+			}
+		}
+	case http.StateHijacked, http.StateClosed:
+		p.open.Add(-1)
+	}
+}
+
+// Conns returns how many client connections the proxy accepted since it
+// started (or since Reset), and the most that were open at once: what a
+// client's connection reuse looks like from the server's side.
+func (p *Proxy) Conns() (accepted, maxOpen int64) {
+	return p.conns.Load(), p.maxOpen.Load()
 }
 
 // URL returns the proxy's base URL, http://127.0.0.1:PORT, once started.
@@ -276,13 +305,15 @@ func (p *Proxy) Violations() []Request {
 	return out
 }
 
-// Reset clears the counts and recorded requests. Rules and what the R2
-// rules track about multipart uploads are kept.
+// Reset clears the counts (connections included) and recorded requests.
+// Rules and what the R2 rules track about multipart uploads are kept.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts = map[string]int{}
 	p.records = nil
+	p.conns.Store(0)
+	p.maxOpen.Store(p.open.Load())
 }
 
 // enter registers a request in flight, or reports that the proxy is closed.
