@@ -46,7 +46,7 @@ func (b *bench) rssPhase(ctx context.Context) error {
 		log.Printf("rss: generated in %s; pushing", time.Since(start).Round(time.Second))
 		prefix := "rss-" + fmtSize(size)
 		settle()
-		s, err := measure(ctx, b.ts.ferry().upload(dir, prefix), b.srv)
+		s, err := measure(ctx, b.ts.ferry().upload(dir, prefix), b.srv, nil)
 		if err != nil {
 			return err
 		}
@@ -128,7 +128,7 @@ func (b *bench) blake3Phase(ctx context.Context) error {
 		argv = append(argv, path)
 		var walls, cpus []float64
 		for range 3 {
-			s, err := measure(ctx, child{argv: argv}, nil)
+			s, err := measure(ctx, child{argv: argv}, nil, nil)
 			if err != nil {
 				return err
 			}

@@ -1,8 +1,10 @@
 // Command ferry-bench measures ferry against its peers (aws-cli and s5cmd)
-// on one machine: a local versitygw on loopback, a generated checkpoint set,
-// and each tool run as a child process in alternation, with wall time,
-// client CPU and peak RSS taken from the child's rusage and the server's CPU
-// from /proc. It also checks that ferry push's peak RSS does not grow with
+// on one machine: a local versitygw on loopback, two generated checkpoint
+// sets (a few big files, many small ones in rank folders), and each tool run
+// as a child process in alternation, with wall time, client CPU and peak RSS
+// taken from the child's rusage and the server's CPU from /proc, and for
+// restores the "ready" time: from a cold page cache until every restored
+// byte has been read once. It also checks that ferry push's peak RSS does not grow with
 // file size, compares ferry's BLAKE3 with b3sum, and measures the agent when
 // the ferry binary has one.
 //
@@ -17,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +31,8 @@ import (
 type config struct {
 	files       int
 	size        int64
+	smallFiles  int   // files of the small-file set; 0: no such set
+	smallSize   int64 // bytes of each
 	rounds      int
 	warmup      int
 	tools       []string
@@ -46,10 +51,11 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("ferry-bench", flag.ContinueOnError)
 	var c config
-	var size, tools, phases, rss string
-	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "smoke test: 4 x 64MiB, 1 round, no 16 GiB file, 10 s idle (env BENCH_QUICK=1)")
+	var size, small, tools, phases, rss string
+	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "smoke test: 4 x 64MiB and 400x256KiB, 1 round, no 16 GiB file, 10 s idle (env BENCH_QUICK=1)")
 	fs.IntVar(&c.files, "files", 8, "files in the checkpoint set")
 	fs.StringVar(&size, "size", "256MiB", "size of each file")
+	fs.StringVar(&small, "small", "2000x256KiB", "many-small-files set, COUNTxSIZE over 8 rank folders, compared after the big set (empty: none)")
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per tool and phase")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up rounds per tool and phase (not counted)")
 	fs.StringVar(&tools, "tools", "ferry,aws,s5cmd", "tools to compare")
@@ -75,10 +81,16 @@ func parseFlags(args []string) (config, error) {
 		if !flagSet(fs, "rss-sizes") {
 			rss = "256MiB,1GiB"
 		}
+		if !flagSet(fs, "small") {
+			small = "400x256KiB"
+		}
 	}
 	var err error
 	if c.size, err = units.ParseBytes(size); err != nil || c.size <= 0 {
 		return c, fmt.Errorf("-size %q: %v", size, err)
+	}
+	if c.smallFiles, c.smallSize, err = parseCountSize(small); err != nil {
+		return c, fmt.Errorf("-small: %w", err)
 	}
 	for _, s := range splitList(rss) {
 		n, err := units.ParseBytes(s)
@@ -102,6 +114,30 @@ func parseFlags(args []string) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// parseCountSize parses COUNTxSIZE ("2000x256KiB"); an empty string is
+// zero files.
+func parseCountSize(s string) (int, int64, error) {
+	if strings.TrimSpace(s) == "" {
+		return 0, 0, nil
+	}
+	count, size, ok := strings.Cut(strings.TrimSpace(s), "x")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q is not COUNTxSIZE (e.g. 2000x256KiB)", s)
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return 0, 0, fmt.Errorf("%q: count %q is not a whole number of files >= 1", s, count)
+	}
+	bytes, err := units.ParseBytes(size)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%q: %w", s, err)
+	}
+	if bytes <= 0 {
+		return 0, 0, fmt.Errorf("%q: the size must be above zero", s)
+	}
+	return n, bytes, nil
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

@@ -6,36 +6,20 @@ import (
 	"strings"
 )
 
-// markdown renders the report: one table per phase, then the single-file
-// RSS check, the BLAKE3 comparison, the agent, the targets and notes.
+// markdown renders the report: one table per data set and phase, then the
+// single-file RSS check, the BLAKE3 comparison, the agent, the targets and
+// notes.
 func (r *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# ferry benchmark\n\n")
-	p("%s, %d cores, %.1f GiB RAM, Linux %s, %s. %d files x %s, %d measured rounds after %d warm-up, tools alternating; median of the rounds, peak RSS is the largest. ",
-		r.Host.CPU, r.Host.Cores, r.Host.MemGiB, r.Host.Kernel, r.Host.Go, r.Files, fmtSize(r.FileSize), r.Rounds, r.Warmup)
-	p("Server: versitygw (posix) on loopback HTTP, same disk. Warm page cache for every tool alike (nothing is dropped). ")
+	p("%s, %d cores, %.1f GiB RAM, Linux %s, %s. Data sets: %s. %d measured rounds after %d warm-up, tools alternating; median of the rounds, peak RSS is the largest. ",
+		r.Host.CPU, r.Host.Cores, r.Host.MemGiB, r.Host.Kernel, r.Host.Go, r.setsText(), r.Rounds, r.Warmup)
+	p("Server: versitygw (posix) on loopback HTTP, same disk. %s ", r.cacheText())
 	p("Run %s to %s; load average %s at the start, %s at the end (the machine is shared).\n\n",
 		r.Started.Format("2006-01-02 15:04Z"), r.Finished.Format("15:04Z"), r.Host.LoadStart, r.Host.LoadEnd)
 	p("Reproduce: `%s`\n\n", "make bench")
-	for _, phase := range r.phases {
-		rows := r.Summary[phase]
-		if len(rows) == 0 {
-			continue
-		}
-		p("## %s\n\n", titleCase(phase))
-		p("| tool | median wall s | MiB/s | wall + sync s | client CPU s/GiB | peak RSS MiB | server CPU s | wall vs best peer | CPU vs best peer | verifies content |\n")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
-		for _, s := range rows {
-			verif := "no"
-			if s.Verifies {
-				verif = "BLAKE3 of every byte"
-			}
-			p("| %s | %.2f | %.0f | %.2f | %.2f | %.0f | %.2f | %s | %s | %s |\n", s.Tool, s.WallS, s.MiBps, s.WallSyncS, s.CPUPerGiB,
-				s.MaxRSSMiB, s.ServerCPUS, ratio(s.WallVsBestPeer), ratio(s.CPUVsBestPeer), verif)
-		}
-		p("\n")
-	}
+	r.compareTables(p)
 	if d := r.Disk; d != nil {
 		p("## Local disk (the floor of a durable restore)\n\n")
 		p("%s written with direct I/O in 1 MiB writes by %d writers and fsynced, in the scratch area the restores write to: %.2f s (%.0f MiB/s), median of 3.", fmtSize(d.Bytes), d.Writers, d.WallS, d.MiBps)
@@ -112,6 +96,72 @@ func (r *report) markdown() string {
 	}
 	return b.String()
 }
+
+// setsText lists the data sets in a few words.
+func (r *report) setsText() string {
+	if len(r.Sets) == 0 {
+		return "none (no upload or restore phase)"
+	}
+	var d []string
+	for _, s := range r.Sets {
+		d = append(d, s.describe())
+	}
+	return strings.Join(d, "; ")
+}
+
+// cacheText says what the page cache held when the runs started.
+func (r *report) cacheText() string {
+	ready := "\"ready\" adds to a restore's wall time the time to read every restored file once " +
+		fmt.Sprintf("(%d readers, %d MiB reads) as soon as the tool exits.", readyReaders, readyBuf>>20)
+	if !r.ColdRestores {
+		return "Warm page cache for every tool alike: uploads read a data set just written, and the page cache could not be dropped before the restores (see notes). " + ready
+	}
+	return "Uploads read a data set in the page cache (just written); every restore starts with the page cache dropped " +
+		"(`sync; echo 3 > /proc/sys/vm/drop_caches`), and " + ready
+}
+
+// compareTables renders one table per data set and phase; restore tables
+// have the ready columns.
+func (r *report) compareTables(p func(string, ...any)) {
+	for _, set := range r.Sets {
+		for _, phase := range r.phases {
+			rows := r.Summary[summaryKey(set.Name, phase)]
+			if len(rows) == 0 {
+				continue
+			}
+			ready := phase == "restore"
+			p("## %s: %s\n\n", titleCase(phase), set.describe())
+			head := summaryCells(ready, "tool", "median wall s", "ready s", "MiB/s", "wall + sync s", "client CPU s/GiB",
+				"peak RSS MiB", "server CPU s", "wall vs best peer", "ready vs best peer", "CPU vs best peer", "verifies content")
+			align := summaryCells(ready, "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---")
+			p("| %s |\n|%s|\n", strings.Join(head, " | "), strings.Join(align, "|"))
+			for _, s := range rows {
+				verif := "no"
+				if s.Verifies {
+					verif = "BLAKE3 of every byte"
+				}
+				cells := summaryCells(ready, s.Tool, f2(s.WallS), f2(s.ReadyS), fmt.Sprintf("%.0f", s.MiBps), f2(s.WallSyncS), f2(s.CPUPerGiB),
+					fmt.Sprintf("%.0f", s.MaxRSSMiB), f2(s.ServerCPUS), ratio(s.WallVsBestPeer), ratio(s.ReadyVsBestPeer), ratio(s.CPUVsBestPeer), verif)
+				p("| %s |\n", strings.Join(cells, " | "))
+			}
+			p("\n")
+		}
+	}
+}
+
+// summaryCells returns the cells of one summary row, given in the order of
+// a restore table; without ready it leaves out the two ready columns (the
+// 3rd and the 10th).
+func summaryCells(ready bool, cells ...string) []string {
+	if ready {
+		return cells
+	}
+	out := append([]string{}, cells[:2]...)
+	out = append(out, cells[3:9]...)
+	return append(out, cells[10:]...)
+}
+
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 func ratio(v *float64) string {
 	if v == nil {

@@ -14,6 +14,7 @@ import (
 
 // sample is one measured run of one tool.
 type sample struct {
+	Set    string `json:"set"` // the data set: bigSet or smallSet
 	Tool   string `json:"tool"`
 	Phase  string `json:"phase"`
 	Round  int    `json:"round"` // 0-based; warm-ups have Warmup set
@@ -34,6 +35,10 @@ type sample struct {
 	// before it returns; the peers do not, so their wall time alone leaves
 	// out the disk writes.
 	SyncS float64 `json:"sync_after_s"`
+	// ReadyS (restores) is the wall time plus the time it then took to read
+	// every restored file once, before the sync: a restore started with a
+	// cold page cache until every restored byte has been read.
+	ReadyS float64 `json:"ready_s,omitempty"`
 }
 
 // cpuPerGiB is the client's CPU seconds per GiB moved.
@@ -58,9 +63,11 @@ func (c child) String() string { return strings.Join(c.argv, " ") }
 const timeBin = "/usr/bin/time"
 
 // measure runs c to completion and returns its wall time, rusage and the
-// CPU srv spent meanwhile (srv may be nil). A failing command is an error
-// carrying the end of its output.
-func measure(ctx context.Context, c child, srv *server) (sample, error) {
+// CPU srv spent meanwhile (srv may be nil). after, when not nil, runs as
+// soon as c has exited successfully, before the sync that times the
+// writeback; ReadyS is the wall time plus what after returns. A failing
+// command is an error carrying the end of its output.
+func measure(ctx context.Context, c child, srv *server, after func() (time.Duration, error)) (sample, error) {
 	rssFile, err := os.CreateTemp("", "ferry-bench-rss-")
 	if err != nil {
 		return sample{}, err
@@ -84,11 +91,20 @@ func measure(ctx context.Context, c child, srv *server) (sample, error) {
 	if srv != nil {
 		s.ServerCPUS = srv.cpu() - before
 	}
+	var afterErr error
+	if err == nil && after != nil {
+		var d time.Duration
+		d, afterErr = after()
+		s.ReadyS = (wall + d).Seconds()
+	}
 	syncStart := time.Now()
 	syscall.Sync()
 	syncS := time.Since(syncStart).Seconds()
 	if err != nil {
 		return s, fmt.Errorf("%s: %v\n%s", c, err, out.String())
+	}
+	if afterErr != nil {
+		return s, fmt.Errorf("%s: after it exited: %w", c, afterErr)
 	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
@@ -99,16 +115,23 @@ func measure(ctx context.Context, c child, srv *server) (sample, error) {
 	s.SysS = tvSeconds(ru.Stime)
 	// CPU comes from our wait4, which includes GNU time and everything it
 	// waited for; the peak RSS is the one GNU time got from its wait4.
-	rss, err := os.ReadFile(rssFile.Name())
+	if s.MaxRSSMiB, err = readMaxRSS(rssFile.Name()); err != nil {
+		return s, fmt.Errorf("%s: %w", c, err)
+	}
+	return s, nil
+}
+
+// readMaxRSS reads the peak RSS GNU time wrote (KiB) and returns it in MiB.
+func readMaxRSS(path string) (float64, error) {
+	rss, err := os.ReadFile(path)
 	if err != nil {
-		return s, err
+		return 0, fmt.Errorf("read peak RSS: %w", err)
 	}
 	kib, err := strconv.ParseFloat(strings.TrimSpace(string(rss)), 64)
 	if err != nil {
-		return s, fmt.Errorf("%s: GNU time printed %q: %v", c, rss, err)
+		return 0, fmt.Errorf("GNU time printed %q: %w", rss, err)
 	}
-	s.MaxRSSMiB = kib / 1024
-	return s, nil
+	return kib / 1024, nil
 }
 
 func tvSeconds(tv syscall.Timeval) float64 {

@@ -38,7 +38,7 @@ func (b *bench) profile(ctx context.Context) error {
 		name string
 		c    child
 	}{
-		{"push", t.upload(b.dataDir, "profile-push")},
+		{"push", t.upload(b.sets[0].dir, "profile-push")},
 		{"restore", t.restore(t.restoreSource, restoreDir)},
 	}
 	for _, r := range runs {
@@ -53,7 +53,7 @@ func (b *bench) profile(ctx context.Context) error {
 		time.Sleep(300 * time.Millisecond) // let perf attach
 		c := r.c
 		c.argv = append([]string{perf, "record", "-q", "-F", perfFreq, "-g", "-o", clientData, "--"}, c.argv...)
-		s, err := measure(ctx, c, b.srv)
+		s, err := measure(ctx, c, b.srv, nil)
 		_ = srvPerf.Process.Signal(syscall.SIGINT)
 		_ = srvPerf.Wait()
 		if err != nil {

@@ -22,10 +22,16 @@ type report struct {
 	FileSize int64     `json:"file_size_bytes"`
 	Rounds   int       `json:"rounds"`
 	Warmup   int       `json:"warmup"`
+	// Sets are the data sets of the comparison (Files and FileSize above
+	// are the big one's).
+	Sets []setInfo `json:"sets"`
+	// ColdRestores is set when every restore started with the page cache
+	// dropped.
+	ColdRestores bool `json:"restore_cold_cache"`
 
 	Tools        []toolInfo           `json:"tools"`
 	Samples      []sample             `json:"samples"`
-	Summary      map[string][]summary `json:"summary"`
+	Summary      map[string][]summary `json:"summary"` // by summaryKey(set, phase)
 	RSS          []rssResult          `json:"rss,omitempty"`
 	BLAKE3       []hashResult         `json:"blake3,omitempty"`
 	Disk         *diskResult          `json:"disk,omitempty"`
@@ -51,6 +57,23 @@ type hostInfo struct {
 	LoadEnd   string `json:"loadavg_end"`
 }
 
+// setInfo describes one data set of the comparison.
+type setInfo struct {
+	Name     string `json:"name"`
+	Files    int    `json:"files"`
+	FileSize int64  `json:"file_size_bytes"`
+	Folders  int    `json:"folders,omitempty"` // rank folders the files are spread over
+}
+
+// describe is the set in a few words, for headings.
+func (s setInfo) describe() string {
+	d := fmt.Sprintf("%s files, %d x %s", s.Name, s.Files, fmtSize(s.FileSize))
+	if s.Folders > 0 {
+		d += fmt.Sprintf(" in %d rank folders", s.Folders)
+	}
+	return d
+}
+
 type toolInfo struct {
 	Name     string `json:"name"`
 	Version  string `json:"version"`
@@ -58,12 +81,16 @@ type toolInfo struct {
 	Verifies bool   `json:"verifies_content_hash"`
 }
 
-// summary is one tool in one phase over the measured rounds: medians of
-// wall time, CPU per GiB and server CPU, and the largest peak RSS.
+// summary is one tool in one phase on one data set over the measured
+// rounds: medians of wall time, ready time, CPU per GiB and server CPU,
+// and the largest peak RSS.
 type summary struct {
-	Tool       string  `json:"tool"`
-	Runs       int     `json:"runs"`
-	WallS      float64 `json:"median_wall_s"`
+	Set   string  `json:"set"`
+	Tool  string  `json:"tool"`
+	Runs  int     `json:"runs"`
+	WallS float64 `json:"median_wall_s"`
+	// ReadyS (restore) is the median of sample.ReadyS.
+	ReadyS     float64 `json:"median_ready_s,omitempty"`
 	MiBps      float64 `json:"mib_per_s"`
 	CPUPerGiB  float64 `json:"median_cpu_s_per_gib"`
 	MaxRSSMiB  float64 `json:"peak_rss_mib"`
@@ -71,11 +98,12 @@ type summary struct {
 	// WallSyncS is the median of wall time plus the sync(2) after the run:
 	// time until the data is on the local disk (restore) or the server's.
 	WallSyncS float64 `json:"median_wall_plus_sync_s"`
-	// Ratios to the best peer of this run (lowest wall time, lowest CPU);
-	// NaN (null in JSON) when no peer ran.
-	WallVsBestPeer *float64 `json:"wall_vs_best_peer,omitempty"`
-	CPUVsBestPeer  *float64 `json:"cpu_vs_best_peer,omitempty"`
-	Verifies       bool     `json:"verifies_content_hash"`
+	// Ratios to the best peer of this run on the same set (lowest wall
+	// time, ready time and CPU); absent when no peer ran.
+	WallVsBestPeer  *float64 `json:"wall_vs_best_peer,omitempty"`
+	ReadyVsBestPeer *float64 `json:"ready_vs_best_peer,omitempty"`
+	CPUVsBestPeer   *float64 `json:"cpu_vs_best_peer,omitempty"`
+	Verifies        bool     `json:"verifies_content_hash"`
 }
 
 // target is one goal of the issue, checked against this run.
@@ -107,52 +135,86 @@ func (r *report) describeTools(ts *toolset, names []string) {
 	}
 }
 
+// summaryKey is where the summaries of one data set and phase are kept in
+// report.Summary: "big/upload", "small/restore", ...
+func summaryKey(set, phase string) string { return set + "/" + phase }
+
 // finish computes the summaries and checks the targets.
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
 	r.Host.LoadEnd = loadavg()
-	for _, phase := range r.phases {
-		var rows []summary
-		for _, t := range r.Tools {
-			var walls, cpus, srv, synced []float64
-			var rss float64
-			for _, s := range r.Samples {
-				if s.Phase != phase || s.Tool != t.Name || s.Warmup {
-					continue
-				}
-				walls, cpus, srv = append(walls, s.WallS), append(cpus, s.cpuPerGiB()), append(srv, s.ServerCPUS)
-				synced = append(synced, s.WallS+s.SyncS)
-				rss = math.Max(rss, s.MaxRSSMiB)
-			}
-			if len(walls) == 0 {
+	for _, set := range r.Sets {
+		for _, phase := range r.phases {
+			rows := r.summarize(set.Name, phase)
+			if len(rows) == 0 {
 				continue
 			}
-			w := median(walls)
-			rows = append(rows, summary{Tool: t.Name, Runs: len(walls), WallS: w,
-				MiBps: mibps(int64(r.Files)*r.FileSize, w), CPUPerGiB: median(cpus),
-				MaxRSSMiB: rss, ServerCPUS: median(srv), WallSyncS: median(synced), Verifies: t.Verifies})
-		}
-		bestWall, bestCPU := math.Inf(1), math.Inf(1)
-		for _, s := range rows {
-			if s.Tool != "ferry" {
-				bestWall, bestCPU = math.Min(bestWall, s.WallS), math.Min(bestCPU, s.CPUPerGiB)
+			bestWall := peerRatios(rows)
+			r.Summary[summaryKey(set.Name, phase)] = rows
+			if set.Name == bigSet && phase == "restore" && r.Disk != nil && !math.IsInf(bestWall, 1) {
+				f := r.Disk.WallS / bestWall
+				r.Disk.FloorVsBestPeer = &f
 			}
-		}
-		for i := range rows {
-			if !math.IsInf(bestWall, 1) {
-				w, c := rows[i].WallS/bestWall, rows[i].CPUPerGiB/bestCPU
-				rows[i].WallVsBestPeer, rows[i].CPUVsBestPeer = &w, &c
-			}
-		}
-		if len(rows) > 0 {
-			r.Summary[phase] = rows
-		}
-		if phase == "restore" && r.Disk != nil && !math.IsInf(bestWall, 1) {
-			f := r.Disk.WallS / bestWall
-			r.Disk.FloorVsBestPeer = &f
 		}
 	}
 	r.checkTargets()
+}
+
+// summarize reduces the measured samples of one data set and phase to one
+// row per tool.
+func (r *report) summarize(set, phase string) []summary {
+	var rows []summary
+	for _, t := range r.Tools {
+		var walls, ready, cpus, srv, synced []float64
+		var rss float64
+		var bytes int64
+		for _, s := range r.Samples {
+			if s.Set != set || s.Phase != phase || s.Tool != t.Name || s.Warmup {
+				continue
+			}
+			walls, cpus, srv = append(walls, s.WallS), append(cpus, s.cpuPerGiB()), append(srv, s.ServerCPUS)
+			synced = append(synced, s.WallS+s.SyncS)
+			if s.ReadyS > 0 {
+				ready = append(ready, s.ReadyS)
+			}
+			rss, bytes = math.Max(rss, s.MaxRSSMiB), s.Bytes
+		}
+		if len(walls) == 0 {
+			continue
+		}
+		w := median(walls)
+		rows = append(rows, summary{Set: set, Tool: t.Name, Runs: len(walls), WallS: w, ReadyS: median(ready),
+			MiBps: mibps(bytes, w), CPUPerGiB: median(cpus),
+			MaxRSSMiB: rss, ServerCPUS: median(srv), WallSyncS: median(synced), Verifies: t.Verifies})
+	}
+	return rows
+}
+
+// peerRatios sets every row's ratios to the best peer (ferry is nobody's
+// peer): the fastest wall and ready times, the lowest CPU. It returns the
+// fastest peer's wall time, +Inf when no peer ran.
+func peerRatios(rows []summary) float64 {
+	bestWall, bestCPU, bestReady := math.Inf(1), math.Inf(1), math.Inf(1)
+	for _, s := range rows {
+		if s.Tool == "ferry" {
+			continue
+		}
+		bestWall, bestCPU = math.Min(bestWall, s.WallS), math.Min(bestCPU, s.CPUPerGiB)
+		if s.ReadyS > 0 {
+			bestReady = math.Min(bestReady, s.ReadyS)
+		}
+	}
+	for i := range rows {
+		if !math.IsInf(bestWall, 1) {
+			w, c := rows[i].WallS/bestWall, rows[i].CPUPerGiB/bestCPU
+			rows[i].WallVsBestPeer, rows[i].CPUVsBestPeer = &w, &c
+		}
+		if rows[i].ReadyS > 0 && !math.IsInf(bestReady, 1) {
+			q := rows[i].ReadyS / bestReady
+			rows[i].ReadyVsBestPeer = &q
+		}
+	}
+	return bestWall
 }
 
 func (r *report) checkTargets() {
@@ -163,7 +225,7 @@ func (r *report) checkTargets() {
 		phase     string
 		wallLimit float64
 	}{{"upload", 0.67}, {"restore", 0.77}} {
-		for _, s := range r.Summary[c.phase] {
+		for _, s := range r.Summary[summaryKey(bigSet, c.phase)] {
 			if s.Tool != "ferry" {
 				continue
 			}

@@ -22,8 +22,15 @@ type requestCount struct {
 
 // countRequests runs each tool once more per phase through a counting proxy
 // (not timed: the proxy costs CPU), so the report can set the request counts
-// of ferry and its peers side by side. R2 bills per request.
+// of ferry and its peers side by side. R2 bills per request. Only the
+// big-file set is counted.
 func (b *bench) countRequests(ctx context.Context, phases []string) error {
+	if len(b.sets) == 0 {
+		return nil
+	}
+	if len(b.sets) > 1 {
+		b.rep.note("request counts: the big-file set only (the small-file set's are not counted)")
+	}
 	p, err := s3proxy.New(b.srv.endpoint, s3proxy.Config{})
 	if err != nil {
 		return err
@@ -39,7 +46,7 @@ func (b *bench) countRequests(ctx context.Context, phases []string) error {
 		for _, name := range b.cfg.tools {
 			p.Reset()
 			t := b.ts.get(name)
-			if _, err := b.runOnce(ctx, phase, t, b.cfg.rounds+1); err != nil {
+			if _, err := b.runOnce(ctx, b.sets[0], phase, t, b.cfg.rounds+1); err != nil {
 				return fmt.Errorf("count requests of %s %s: %w", name, phase, err)
 			}
 			rc := requestCount{Tool: name, Phase: phase, ByOp: p.Counts()}
@@ -60,7 +67,7 @@ func (r *report) requestsMarkdown(sb *strings.Builder) {
 	if len(r.Requests) == 0 {
 		return
 	}
-	sb.WriteString("## S3 requests per run (counted at a proxy in front of the server, retries included)\n\n")
+	sb.WriteString("## S3 requests per run of the big-file set (counted at a proxy in front of the server, retries included)\n\n")
 	sb.WriteString("| phase | tool | requests | by operation |\n|---|---|---:|---|\n")
 	for _, rc := range r.Requests {
 		ops := make([]string, 0, len(rc.ByOp))

@@ -12,14 +12,14 @@ import (
 
 // bench holds one run of the harness.
 type bench struct {
-	cfg       config
-	work      string
-	srv       *server
-	ts        *toolset
-	dataDir   string
-	dataFiles []string
-	dataBytes int64
-	rep       *report
+	cfg  config
+	work string
+	srv  *server
+	ts   *toolset
+	sets []*dataset // of the comparison: the big-file set first
+	rep  *report
+	// dropFailed is set once the page cache could not be dropped.
+	dropFailed bool
 }
 
 func run(ctx context.Context, cfg config) (err error) {
@@ -42,11 +42,14 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	b := &bench{cfg: cfg, work: work, rep: newReport(cfg)}
-	b.dataBytes = int64(cfg.files) * cfg.size
+	b.sets = b.datasets()
 
-	// Data set, its copies on the server (two restore sources and one
-	// upload at a time), one restore directory, and 10% slack.
-	need := b.dataBytes * 5 * 11 / 10
+	// The data sets, their copies on the server (two restore sources and
+	// one upload at a time), one restore directory, and 10% slack.
+	var need int64
+	for _, ds := range b.sets {
+		need += ds.bytes() * 5 * 11 / 10
+	}
 	if free, err := freeBytes(work); err == nil && free < need {
 		return fmt.Errorf("%s has %.1f GiB free; the comparison needs about %.1f GiB", work, gib(free), gib(need))
 	}
@@ -61,46 +64,23 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	b.rep.describeTools(b.ts, cfg.tools)
 
-	if cfg.has("upload") || cfg.has("restore") {
-		b.dataDir = filepath.Join(work, "data")
-		start := time.Now()
-		log.Printf("generating %d x %s of random bytes in %s", cfg.files, fmtSize(cfg.size), b.dataDir)
-		if b.dataFiles, err = makeDataset(b.dataDir, cfg.files, cfg.size, 1); err != nil {
-			return fmt.Errorf("generate data set: %w", err)
-		}
-		log.Printf("data set ready in %s", time.Since(start).Round(time.Second))
-	}
-	if cfg.has("upload") {
-		if err := b.comparePhase(ctx, "upload"); err != nil {
-			return err
-		}
-	}
-	if cfg.has("restore") {
-		if err := b.diskPhase(ctx); err != nil {
-			return err
-		}
-		if err := b.prepareRestoreSources(ctx); err != nil {
-			return err
-		}
-		if err := b.comparePhase(ctx, "restore"); err != nil {
-			return err
-		}
+	if err := b.compare(ctx); err != nil {
+		return err
 	}
 	if phases := countPhases(cfg); len(phases) > 0 {
 		if err := b.countRequests(ctx, phases); err != nil {
 			b.rep.note("request counts failed: %v", err)
 		}
 	}
-	if cfg.perfProfile && b.dataDir != "" {
+	if cfg.perfProfile && len(b.sets) > 0 {
 		if err := b.profile(ctx); err != nil {
 			b.rep.note("perf profile failed: %v", err)
 		}
 	}
 	// Free the comparison's disk before the large single files.
-	_ = b.srv.removePrefix("src-ferry")
-	_ = b.srv.removePrefix("src-plain")
-	if b.dataDir != "" {
-		_ = os.RemoveAll(b.dataDir)
+	for _, ds := range b.sets {
+		b.removeSources(ds)
+		_ = os.RemoveAll(ds.dir)
 	}
 	if cfg.has("rss") && b.toolWanted("ferry") {
 		if err := b.rssPhase(ctx); err != nil {
@@ -117,6 +97,61 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	b.rep.finish()
 	return b.rep.write(cfg.outDir)
+}
+
+// datasets lists the data sets the upload and restore phases move (none
+// when neither phase runs): the big files, then the small ones if -small
+// asks for them.
+func (b *bench) datasets() []*dataset {
+	if !b.cfg.has("upload") && !b.cfg.has("restore") {
+		return nil
+	}
+	sets := []*dataset{{name: bigSet, dir: filepath.Join(b.work, "data"), rel: bigNames(b.cfg.files), size: b.cfg.size}}
+	if b.cfg.smallFiles > 0 {
+		sets = append(sets, &dataset{name: smallSet, dir: filepath.Join(b.work, "data-small"),
+			rel: smallNames(b.cfg.smallFiles, smallFolders), size: b.cfg.smallSize, folders: smallFolders})
+	}
+	return sets
+}
+
+// compare generates the data sets and runs the upload comparison on each,
+// then the disk floor and the restore comparison on each. The restore
+// sources of the big set stay for the request counts and profiles.
+func (b *bench) compare(ctx context.Context) error {
+	for i, ds := range b.sets {
+		start := time.Now()
+		log.Printf("generating the %s set: %d x %s of random bytes in %s", ds.name, len(ds.rel), fmtSize(ds.size), ds.dir)
+		if err := makeDataset(ds, 1+uint64(i)<<32); err != nil {
+			return fmt.Errorf("generate the %s data set: %w", ds.name, err)
+		}
+		log.Printf("%s set ready in %s", ds.name, time.Since(start).Round(time.Second))
+		b.rep.Sets = append(b.rep.Sets, ds.info())
+	}
+	if b.cfg.has("upload") {
+		for _, ds := range b.sets {
+			if err := b.comparePhase(ctx, ds, "upload"); err != nil {
+				return err
+			}
+		}
+	}
+	if !b.cfg.has("restore") {
+		return nil
+	}
+	if err := b.diskPhase(ctx); err != nil {
+		return err
+	}
+	for _, ds := range b.sets {
+		if err := b.prepareRestoreSources(ctx, ds); err != nil {
+			return err
+		}
+		if err := b.comparePhase(ctx, ds, "restore"); err != nil {
+			return err
+		}
+		if ds.name != bigSet {
+			b.removeSources(ds)
+		}
+	}
+	return nil
 }
 
 func checkBinaries(cfg config) error {
@@ -146,6 +181,8 @@ func fmtSize(n int64) string {
 		return fmt.Sprintf("%dGiB", n>>30)
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
 	default:
 		return fmt.Sprintf("%dB", n)
 	}
