@@ -35,6 +35,7 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 	mf := manifest.File{Path: f.RelPath, Size: stamp.Size, Key: f.Key, Rank: f.Rank}
 	if done, ok := u.alreadyDone(ctx, f, stamp); ok {
 		mf.BLAKE3, mf.PartSize = done.BLAKE3, done.PartSize
+		u.durable(stamp.Size)
 		return mf, nil
 	}
 	if stamp.Size > u.singlePutLimit() {
@@ -52,6 +53,7 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 			mf.BLAKE3, mf.Key, mf.PartSize = pre.blake3, f.Reuse.Key, f.Reuse.PartSize
 			u.stats.dedupFiles.Add(1)
 			u.stats.dedupBytes.Add(stamp.Size)
+			u.durable(stamp.Size)
 			if u.opts.OnDedup != nil {
 				u.opts.OnDedup(stamp.Size)
 			}
@@ -177,6 +179,7 @@ func (u *Uploader) sendHeld(ctx context.Context, n int64, req func() error) erro
 	if u.opts.OnSent != nil {
 		u.opts.OnSent(n)
 	}
+	u.durable(n)
 	return nil
 }
 
@@ -262,6 +265,7 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 		if p, ok := held[n]; ok && p.Size == size && p.CRC32C == sum {
 			parts[i] = p
 			u.stats.resumed.Add(1)
+			u.durable(size)
 			continue
 		}
 		mu.Lock()

@@ -65,6 +65,10 @@ type Options struct {
 	OnSent func(n int64)
 	// OnHashed, when set, is called as bytes are read and hashed.
 	OnHashed func(n int64)
+	// OnDurable, when set, is called as bytes of the step are on the
+	// server: sent and acknowledged, held from an earlier run, or
+	// deduplicated. What a progress display counts.
+	OnDurable func(n int64)
 	// OnDedup, when set, is called with the size of each file not sent
 	// because an earlier step's object holds the same content.
 	OnDedup func(n int64)
@@ -259,4 +263,11 @@ func checkUnchanged(path string, before fileStamp) error {
 		return fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, before.Size, after.Size)
 	}
 	return nil
+}
+
+// durable reports n more bytes on the server to OnDurable.
+func (u *Uploader) durable(n int64) {
+	if u.opts.OnDurable != nil && n > 0 {
+		u.opts.OnDurable(n)
+	}
 }

@@ -26,6 +26,20 @@ var version = "dev"
 // usageError marks an error in how ferry was called (exit 2).
 type usageError struct{ msg string }
 
+// interruptedError is a command stopped by a signal, with what to do next.
+type interruptedError struct{ hint string }
+
+func (e interruptedError) Error() string { return "interrupted: " + e.hint }
+func (e interruptedError) Unwrap() error { return context.Canceled }
+
+// helpHint points to the help of the command that was run.
+func helpHint(cmd string) string {
+	if cmd == "" {
+		return "ferry --help"
+	}
+	return "ferry " + cmd + " --help"
+}
+
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
@@ -58,33 +72,45 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newAgentCommand(),
 		},
 	}
-	known := map[string]bool{"help": true, "h": true}
+	known := map[string]*cli.Command{}
 	for _, c := range app.Commands {
-		c.OnUsageError = app.OnUsageError
-		known[c.Name] = true
+		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return explainUsage(c, err) }
+		known[c.Name] = c
 	}
-	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !known[args[1]] {
-		return exitCode(usagef("unknown command %q", args[1]), stderr)
+	name := ""
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && args[1] != "help" && args[1] != "h" {
+		c := known[args[1]]
+		if c == nil {
+			return exitCode(usagef("unknown command %q", args[1]), "", stderr)
+		}
+		name = c.Name
+		args = append(args[:2:2], flagsFirst(c, args[2:])...)
 	}
 	err := app.RunContext(ctx, args)
-	return exitCode(err, stderr)
+	return exitCode(err, name, stderr)
 }
 
-// exitCode prints err as one line and maps it to an exit code.
-func exitCode(err error, stderr io.Writer) int {
+// exitCode prints err as one line and maps it to an exit code; cmd is the
+// command that was run, for the help hint of a usage error.
+func exitCode(err error, cmd string, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "ferry: %s (see ferry --help)\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "ferry: %s (see %s)\n", oneLine(err.Error()), helpHint(cmd))
 		return exitUsage
 	case errors.Is(err, manifest.ErrNoCheckpoint):
 		fmt.Fprintf(stderr, "ferry: %s\n", oneLine(err.Error()))
 		return exitNoCheckpoint
 	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "ferry: interrupted")
+		var ie interruptedError
+		if errors.As(err, &ie) {
+			fmt.Fprintf(stderr, "ferry: interrupted: %s\n", ie.hint)
+		} else {
+			fmt.Fprintln(stderr, "ferry: interrupted")
+		}
 		return exitFailure
 	default:
 		fmt.Fprintf(stderr, "ferry: %s\n", oneLine(err.Error()))

@@ -138,7 +138,6 @@ func TestCLIEmptyAndExitCodes(t *testing.T) {
 		{"push", "--step", "1", t.TempDir()},
 		{"push", "--to", "http://x/y", "--step", "1", t.TempDir()},
 		{"push", "--to", url, "--step", "1", "--part-size", "1MiB", t.TempDir()},
-		{"push", "--to", url, t.TempDir(), "--step", "1"},
 		{"restore", "--from", url},
 		{"list", "--from", url, "--bogus"},
 		{"frobnicate"},

@@ -24,7 +24,7 @@ func newListCommand() *cli.Command {
 		Name:  "list",
 		Usage: "list committed steps: step, files, bytes, created",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {

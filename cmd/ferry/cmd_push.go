@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
@@ -40,7 +42,7 @@ func newPushCommand() *cli.Command {
 		Usage:     "upload a checkpoint directory (or files) as one step and commit its manifest",
 		ArgsUsage: "DIR | FILE...",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "to", Usage: "destination `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` (the agent's FERRY_TO)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "training step this checkpoint belongs to (required)"},
 			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size (raised so no object needs more than 10,000 parts)"},
 			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "upload requests in flight"},
@@ -51,6 +53,9 @@ func newPushCommand() *cli.Command {
 			allowEmptyStepFlag(),
 		}, append(nodeFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
+			if err := checkStepFlag(c); err != nil {
+				return err
+			}
 			opts := pushOptions{
 				remote:      readRemoteOptions(c),
 				to:          c.String("to"),
@@ -75,6 +80,15 @@ func newPushCommand() *cli.Command {
 			return runPush(c.Context, opts, c.App.Writer, c.App.ErrWriter)
 		},
 	}
+}
+
+// checkStepFlag refuses a negative --step given explicitly (-1 is the
+// flag's "not given").
+func checkStepFlag(c *cli.Context) error {
+	if c.IsSet("step") && c.Int64("step") < 0 {
+		return usagef("--step %d: a step is a number from 0 up", c.Int64("step"))
+	}
+	return nil
 }
 
 // allowEmptyStepFlag is push's and the agent's opt-in to committing a step
@@ -107,97 +121,117 @@ type pushSummary struct {
 	Part         string `json:"part,omitempty"`
 	// Requests counts the S3 requests made, by operation, retries included.
 	Requests map[string]int64 `json:"requests"`
+	// Error is set when the push failed (the exit code is not 0).
+	Error string `json:"error,omitempty"`
+
+	loc string // the destination, for the text output
 }
 
 func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error {
-	if o.step < 0 {
-		return usagef("--step is required (the training step of this checkpoint)")
-	}
-	if len(o.sources) == 0 {
-		return usagef("push needs a checkpoint directory or files")
-	}
-	for _, s := range o.sources {
-		if strings.HasPrefix(s, "-") {
-			return usagef("flag %s must come before the checkpoint directory", s)
+	sum, res, err := push(ctx, o, stderr)
+	if o.json {
+		// A result object even on failure, so scripts parse one shape.
+		if err != nil {
+			sum.Error = oneLine(err.Error())
 		}
+		if perr := printJSON(stdout, sum); err == nil {
+			return perr
+		}
+		return err
 	}
-	if o.partSize < 5<<20 || o.partSize > 5<<30 {
+	if err != nil {
+		return err
+	}
+	printPushResult(stdout, o, sum, res)
+	return nil
+}
+
+// validate checks the options that need no request.
+func (o pushOptions) validate() error {
+	switch {
+	case o.step < 0:
+		return usagef("--step is required (the training step of this checkpoint)")
+	case len(o.sources) == 0:
+		return usagef("push needs a checkpoint directory or files")
+	case o.partSize < store.MinPartSize || o.partSize > store.MaxPartSize:
 		return usagef("--part-size %s: must be between 5 MiB and 5 GiB", units.FormatBytes(o.partSize))
-	}
-	if o.concurrency < 1 || o.concurrency > 1024 {
+	case o.concurrency < 1 || o.concurrency > 1024:
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	}
+	return nil
+}
+
+// push scans the sources and pushes them as one step.
+func push(ctx context.Context, o pushOptions, stderr io.Writer) (pushSummary, uploader.PushResult, error) {
+	sum := pushSummary{Step: o.step, Nodes: o.node.nodes, NodeRank: o.node.rank}
+	if err := o.validate(); err != nil {
+		return sum, uploader.PushResult{}, err
 	}
 	log, err := newLogger(o.remote, stderr)
 	if err != nil {
-		return err
+		return sum, uploader.PushResult{}, err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
 	var counters s3store.Counters
+	defer func() { sum.Requests = counters.Snapshot() }()
 	st, loc, err := openStore(ctx, o.remote, "to", o.to, log, o.concurrency, &counters)
 	if err != nil {
-		return err
+		return sum, uploader.PushResult{}, err
 	}
 	tree, err := uploader.Scan(o.sources, log)
 	if err != nil {
-		return err
+		return sum, uploader.PushResult{}, err
 	}
 	if len(tree.Files) == 0 && !o.allowEmpty {
-		return fmt.Errorf("push %s: no files found, nothing committed; point at the checkpoint, or pass --allow-empty to commit an empty step", strings.Join(o.sources, " "))
+		return sum, uploader.PushResult{}, fmt.Errorf("push %s: no files found, nothing committed; point at the checkpoint, or pass --allow-empty to commit an empty step", strings.Join(o.sources, " "))
 	}
-	stateDir := o.stateDir
-	if stateDir == "" {
-		stateDir = defaultStateDir()
+	if o.node.nodes > 1 {
+		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
 	}
+	start := time.Now()
+	res, err := pushTree(ctx, o, st, loc, tree, log, stderr)
+	sum.fill(o, loc, res, time.Since(start))
+	sum.Requests = counters.Snapshot()
+	if errors.Is(err, context.Canceled) {
+		err = interruptedError{hint: "run the same command again to resume; parts already sent are kept"}
+	}
+	if err == nil {
+		log.Info("push finished", zap.Int64("step", sum.Step), zap.Bool("committed", sum.Committed), zap.Bool("pending", sum.Pending),
+			zap.Int64("bytes_sent", sum.BytesSent), zap.Int64("bytes_deduplicated", sum.DedupBytes))
+	}
+	return sum, res, err
+}
+
+// pushTree runs the uploader with a progress display of the bytes the
+// server holds.
+func pushTree(ctx context.Context, o pushOptions, st store.Store, loc manifest.Location, tree uploader.Tree, log *zap.Logger, stderr io.Writer) (uploader.PushResult, error) {
 	var total int64
 	for _, f := range tree.Files {
 		total += f.Size
 	}
 	prog := newProgress(stderr, "push", total, !o.remote.Quiet && isTerminal(stderr))
-	start := time.Now()
-	if o.node.nodes > 1 {
-		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
+	defer prog.Close()
+	stateDir := o.stateDir
+	if stateDir == "" {
+		stateDir = defaultStateDir()
 	}
-	res, err := uploader.Push(ctx, uploader.PushOptions{
-		Upload: uploader.Options{
-			Store:       st,
-			PartSize:    o.partSize,
-			Concurrency: o.concurrency,
-			Limiter:     ratelimit.New(o.bandwidth),
-			Logger:      log,
-			OnHashed:    prog.Add,
-		},
-		Location:   loc.String(),
-		Prefix:     loc.Prefix,
-		Step:       o.step,
-		Tree:       tree,
-		StateDir:   stateDir,
-		Rank:       detect.RankOf,
-		Nodes:      o.node.nodes,
-		NodeRank:   o.node.rank,
-		Run:        o.node.run,
-		NoDedup:    o.noDedup,
-		AllowEmpty: o.allowEmpty,
+	return uploader.Push(ctx, uploader.PushOptions{
+		Upload: uploader.Options{Store: st, PartSize: o.partSize, Concurrency: o.concurrency,
+			Limiter: ratelimit.New(o.bandwidth), Logger: log, OnDurable: prog.Add},
+		Location: loc.String(), Prefix: loc.Prefix, Step: o.step, Tree: tree, StateDir: stateDir,
+		Rank: detect.RankOf, Nodes: o.node.nodes, NodeRank: o.node.rank, Run: o.node.run,
+		NoDedup: o.noDedup, AllowEmpty: o.allowEmpty,
 	})
-	prog.Close()
-	if err != nil {
-		return err
-	}
-	sum := pushSummary{
-		Step:         o.step,
-		Committed:    res.Committed,
-		BytesSent:    res.Stats.BytesSent,
-		PartsSent:    res.Stats.PartsSent,
-		PartsReused:  res.Stats.PartsResumed,
-		DedupFiles:   res.Stats.DedupFiles,
-		DedupBytes:   res.Stats.DedupBytes,
-		Seconds:      time.Since(start).Seconds(),
-		Manifest:     "s3://" + loc.Bucket + "/" + manifest.ManifestKey(loc.Prefix, o.step),
-		Nodes:        o.node.nodes,
-		NodeRank:     o.node.rank,
-		Pending:      res.Pending,
-		PartsPresent: res.PartsPresent,
-		Requests:     counters.Snapshot(),
-	}
+}
+
+// fill records what the push did.
+func (sum *pushSummary) fill(o pushOptions, loc manifest.Location, res uploader.PushResult, took time.Duration) {
+	sum.Committed, sum.Pending, sum.PartsPresent = res.Committed, res.Pending, res.PartsPresent
+	sum.BytesSent, sum.PartsSent, sum.PartsReused = res.Stats.BytesSent, res.Stats.PartsSent, res.Stats.PartsResumed
+	sum.DedupFiles, sum.DedupBytes = res.Stats.DedupFiles, res.Stats.DedupBytes
+	sum.Seconds = took.Seconds()
+	sum.loc = loc.String()
+	sum.Manifest = "s3://" + loc.Bucket + "/" + manifest.ManifestKey(loc.Prefix, o.step)
 	if res.Manifest != nil {
 		sum.Files, sum.Bytes = len(res.Manifest.Files), res.Manifest.TotalBytes()
 	} else if res.Part != nil {
@@ -209,25 +243,24 @@ func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error
 	if o.node.nodes > 1 {
 		sum.Part = "s3://" + loc.Bucket + "/" + manifest.PartKey(loc.Prefix, manifest.PartSet{Step: o.step, Nodes: o.node.nodes, Run: o.node.run}, o.node.rank)
 	}
-	log.Info("push finished", zap.Int64("step", sum.Step), zap.Bool("committed", sum.Committed), zap.Bool("pending", sum.Pending),
-		zap.Int64("bytes_sent", sum.BytesSent), zap.Int64("bytes_deduplicated", sum.DedupBytes))
-	if o.json {
-		return printJSON(stdout, sum)
-	}
-	if res.Pending {
+}
+
+// printPushResult prints the one line a successful push ends with.
+func printPushResult(stdout io.Writer, o pushOptions, sum pushSummary, res uploader.PushResult) {
+	switch {
+	case res.Pending:
 		fmt.Fprintf(stdout, "node %d of %d: step %d's files on this node are durable at %s (%d of %d nodes done); the last node to finish commits the step\n",
-			o.node.rank, o.node.nodes, o.step, loc, res.PartsPresent, o.node.nodes)
-		return nil
+			o.node.rank, o.node.nodes, o.step, sum.loc, res.PartsPresent, o.node.nodes)
+		return
+	case !res.Committed:
+		fmt.Fprintf(stdout, "step %d is already committed at %s with identical content; nothing uploaded\n", o.step, sum.loc)
+		return
 	}
-	if !res.Committed {
-		fmt.Fprintf(stdout, "step %d is already committed at %s with identical content; nothing uploaded\n", o.step, loc)
-		return nil
-	}
-	fmt.Fprintf(stdout, "committed step %d to %s: %d files, %s in %s (%s)", o.step, loc, sum.Files,
-		units.FormatBytes(sum.Bytes), time.Since(start).Round(time.Millisecond), units.FormatRate(sum.Bytes, time.Since(start)))
+	took := time.Duration(sum.Seconds * float64(time.Second))
+	fmt.Fprintf(stdout, "committed step %d to %s: %d files, %s in %s (%s)", o.step, sum.loc, sum.Files,
+		units.FormatBytes(sum.Bytes), took.Round(time.Millisecond), units.FormatRate(sum.Bytes, took))
 	if sum.DedupFiles > 0 {
 		fmt.Fprintf(stdout, "; %d unchanged files (%s) referenced from the previous step", sum.DedupFiles, units.FormatBytes(sum.DedupBytes))
 	}
 	fmt.Fprintln(stdout)
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/restore"
@@ -39,7 +40,7 @@ func newRestoreCommand() *cli.Command {
 		Name:  "restore",
 		Usage: "download and verify a committed checkpoint step into a directory",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
 			&cli.StringFlag{Name: "to", Usage: "target `DIR` (created if missing)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
@@ -53,12 +54,15 @@ func newRestoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
 			&cli.DurationFlag{Name: "low-speed-time", Value: restore.DefaultLowSpeedTime, EnvVars: []string{"FERRY_LOW_SPEED_TIME"}, Usage: "the window of --low-speed-limit"},
 			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
-			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (no environment default)"},
+			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (0: every file; no environment default)"},
 			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("restore takes no arguments (got %q); use --to DIR", c.Args().First())
+			}
+			if err := checkStepFlag(c); err != nil {
+				return err
 			}
 			limit, err := rateFlag(c, "low-speed-limit")
 			if err != nil {
@@ -99,116 +103,151 @@ type restoreSummary struct {
 	Selection string `json:"selection,omitempty"`
 	// Requests counts the S3 requests made, by operation, retries included.
 	Requests map[string]int64 `json:"requests"`
+	// Error is set when the restore failed (the exit code is not 0).
+	Error string `json:"error,omitempty"`
 }
 
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
-	if o.to == "" {
-		return usagef("--to is required (the directory to restore into)")
+	sum, err := restoreStep(ctx, &o, stderr)
+	if o.json {
+		// A result object even on failure, so scripts parse one shape.
+		if err != nil {
+			sum.Error = oneLine(err.Error())
+		}
+		if perr := printJSON(stdout, sum); err == nil {
+			return perr
+		}
+		return err
 	}
-	if o.concurrency < 1 || o.concurrency > 1024 {
-		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	if err != nil {
+		return err
 	}
-	if o.lowSpeedTime <= 0 {
-		return usagef("--low-speed-time %v: must be positive", o.lowSpeedTime)
+	if sum.Empty {
+		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", o.from)
+		return nil
 	}
-	if o.lowSpeedLimit == 0 {
-		o.lowSpeedLimit = -1 // restore.Options: negative disables the guard
+	fmt.Fprintf(stdout, "restored step %d from %s into %s: %d files, %s (%d kept, %d downloaded) in %s, all hashes verified\n",
+		sum.Step, o.from, o.to, sum.Files, units.FormatBytes(sum.Bytes), sum.Kept, sum.Downloaded,
+		time.Duration(sum.Seconds*float64(time.Second)).Round(time.Millisecond))
+	if sum.Selection != "" {
+		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
 	}
-	var ranks restore.RankSet
+	return nil
+}
+
+// validate checks the options that need no request and parses --ranks.
+func (o *restoreOptions) validate() (restore.RankSet, error) {
 	switch {
+	case o.to == "":
+		return restore.RankSet{}, usagef("--to is required (the directory to restore into)")
+	case o.concurrency < 1 || o.concurrency > 1024:
+		return restore.RankSet{}, usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	case o.lowSpeedTime <= 0:
+		return restore.RankSet{}, usagef("--low-speed-time %v: must be positive", o.lowSpeedTime)
 	case o.ranks != "" && (o.nodes != 0 || o.nodeRank >= 0):
-		return usagef("--ranks and --nodes/--node-rank select files two ways; use one")
+		return restore.RankSet{}, usagef("--ranks and --nodes/--node-rank select files two ways; use one")
 	case o.ranks != "":
-		var err error
-		if ranks, err = restore.ParseRanks(o.ranks); err != nil {
-			return usagef("--ranks: %v", err)
+		ranks, err := restore.ParseRanks(o.ranks)
+		if err != nil {
+			return restore.RankSet{}, usagef("--ranks: %v", err)
 		}
-	case o.nodes != 0 || o.nodeRank >= 0:
-		if o.nodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nodes {
-			return usagef("--nodes %d --node-rank %d: give both, with 0 <= node rank < nodes", o.nodes, o.nodeRank)
-		}
+		return ranks, nil
+	case (o.nodes != 0 || o.nodeRank >= 0) && (o.nodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nodes):
+		return restore.RankSet{}, usagef("--nodes %d --node-rank %d: give both, with 0 <= node rank < nodes", o.nodes, o.nodeRank)
+	}
+	return restore.RankSet{}, nil
+}
+
+// restoreStep restores the step o names and describes what it did.
+func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (restoreSummary, error) {
+	sum := restoreSummary{Step: o.step}
+	ranks, err := o.validate()
+	if err != nil {
+		return sum, err
 	}
 	log, err := newLogger(o.remote, stderr)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
 	var counters s3store.Counters
 	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency, &counters)
 	if err != nil {
-		return err
+		return sum, err
 	}
-	showBar := !o.remote.Quiet && isTerminal(stderr)
+	o.from = loc.String()
 	start := time.Now()
-	// The total is known only once the manifest is read, so the bar starts
-	// on the first progress report.
-	var (
-		barMu sync.Mutex
-		bar   *progress
-	)
-	ropts := restore.Options{
-		Store:       st,
-		Prefix:      loc.Prefix,
-		Dir:         o.to,
-		Step:        o.step,
-		Concurrency: o.concurrency,
-		DirectIO:    o.directIO,
-		Fsync:       o.fsync,
-		Logger:      log,
-
-		LowSpeedLimit: o.lowSpeedLimit,
-		LowSpeedTime:  o.lowSpeedTime,
-		Progress: func(done, total int64) {
-			if !showBar {
-				return
-			}
-			barMu.Lock()
-			defer barMu.Unlock()
-			if bar == nil {
-				bar = newProgress(stderr, "restore", total, true)
-			}
-			bar.done.Store(done)
-		},
-	}
-	selection := ""
-	switch {
-	case o.ranks != "":
+	ropts, bar := o.restoreOptions(st, loc, log, stderr)
+	if o.ranks != "" {
 		ropts.Ranks = ranks.Filter()
-		selection = "ranks " + ranks.String() + " and shared files"
-	case o.nodes > 0:
-		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank
+		sum.Selection = "ranks " + ranks.String() + " and shared files"
 	}
 	res, err := restore.Restore(ctx, ropts)
-	if bar != nil {
-		bar.Close()
+	bar.close()
+	sum.Requests = counters.Snapshot()
+	switch {
+	case errors.Is(err, manifest.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
+		sum.Step, sum.Empty = -1, true
+		return sum, nil
+	case errors.Is(err, manifest.ErrNoCheckpoint):
+		return sum, missingStep(ctx, st, loc, o.step, err)
+	case errors.Is(err, context.Canceled):
+		return sum, interruptedError{hint: "run the same command again to resume; files already verified are kept"}
+	case err != nil:
+		return sum, fmt.Errorf("restore from %s: %w", loc, err)
 	}
-	if errors.Is(err, manifest.ErrNoCheckpoint) && o.allowEmpty {
-		if o.json {
-			return printJSON(stdout, restoreSummary{Step: -1, Empty: true, Requests: counters.Snapshot()})
-		}
-		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", loc)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("restore from %s: %w", loc, err)
-	}
-	sum := restoreSummary{
-		Step: res.Step, Files: res.Files, Kept: res.Kept, Downloaded: res.Downloaded, Direct: res.Direct,
-		Bytes: res.Bytes, BytesDownloaded: res.BytesDownloaded, Seconds: time.Since(start).Seconds(),
-		Selection: selection,
-		Requests:  counters.Snapshot(),
-	}
+	sum.Step, sum.Files, sum.Kept, sum.Downloaded, sum.Direct = res.Step, res.Files, res.Kept, res.Downloaded, res.Direct
+	sum.Bytes, sum.BytesDownloaded, sum.Seconds = res.Bytes, res.BytesDownloaded, time.Since(start).Seconds()
 	if res.Selection != nil {
 		sum.Selection = fmt.Sprintf("node %d of %d: %s", o.nodeRank, o.nodes, res.Selection)
 	}
 	log.Info("restore finished", zap.Int64("step", sum.Step), zap.Int("files", sum.Files), zap.Int64("bytes_downloaded", sum.BytesDownloaded))
-	if o.json {
-		return printJSON(stdout, sum)
+	return sum, nil
+}
+
+// lazyBar is the restore's progress display: the total is known only once
+// the manifest is read, so it starts on the first progress report.
+type lazyBar struct {
+	mu     sync.Mutex
+	bar    *progress
+	w      io.Writer
+	enable bool
+}
+
+func (b *lazyBar) report(done, total int64) {
+	if !b.enable {
+		return
 	}
-	fmt.Fprintf(stdout, "restored step %d from %s into %s: %d files, %s (%d kept, %d downloaded) in %s, all hashes verified\n",
-		res.Step, loc, o.to, res.Files, units.FormatBytes(res.Bytes), res.Kept, res.Downloaded, time.Since(start).Round(time.Millisecond))
-	if sum.Selection != "" {
-		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bar == nil {
+		b.bar = newProgress(b.w, "restore", total, true)
 	}
-	return nil
+	b.bar.done.Store(done)
+}
+
+func (b *lazyBar) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bar != nil {
+		b.bar.Close()
+	}
+}
+
+// restoreOptions builds the library's options (without the rank filter).
+func (o *restoreOptions) restoreOptions(st store.Store, loc manifest.Location, log *zap.Logger, stderr io.Writer) (restore.Options, *lazyBar) {
+	bar := &lazyBar{w: stderr, enable: !o.remote.Quiet && isTerminal(stderr)}
+	limit := o.lowSpeedLimit
+	if limit == 0 {
+		limit = -1 // restore.Options: negative disables the guard
+	}
+	ropts := restore.Options{
+		Store: st, Prefix: loc.Prefix, Dir: o.to, Step: o.step, Concurrency: o.concurrency,
+		DirectIO: o.directIO, Fsync: o.fsync, Logger: log,
+		LowSpeedLimit: limit, LowSpeedTime: o.lowSpeedTime, Progress: bar.report,
+	}
+	if o.nodes > 0 {
+		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank
+	}
+	return ropts, bar
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -21,7 +22,7 @@ func newShowCommand() *cli.Command {
 		Name:  "show",
 		Usage: "print the committed manifest JSON of a step (the latest by default)",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to show (default: the latest committed)"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
@@ -49,6 +50,9 @@ func runShow(ctx context.Context, o showOptions, stdout, stderr io.Writer) error
 		m, err = manifest.Get(ctx, st, loc.Prefix, o.step)
 	}
 	if err != nil {
+		if errors.Is(err, manifest.ErrNoCheckpoint) {
+			return missingStep(ctx, st, loc, o.step, err)
+		}
 		return fmt.Errorf("show %s: %w", loc, err)
 	}
 	data, err := manifest.Encode(m)

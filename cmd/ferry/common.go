@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -164,4 +168,32 @@ func printJSON(w io.Writer, v any) error {
 		return fmt.Errorf("write JSON: %w", err)
 	}
 	return nil
+}
+
+// missingStep turns a "no committed checkpoint" error of step (-1: the
+// latest) at loc into one line that says which steps do exist, or that
+// nothing is committed there, and what to do. Other errors pass unchanged.
+func missingStep(ctx context.Context, st store.Store, loc manifest.Location, step int64, err error) error {
+	if !errors.Is(err, manifest.ErrNoCheckpoint) {
+		return err
+	}
+	const show = 10
+	steps, lerr := manifest.Steps(ctx, st, loc.Prefix, show+1)
+	switch {
+	case lerr != nil:
+		return err
+	case len(steps) == 0:
+		return fmt.Errorf("%w at %s: nothing is committed there; check --from (restore --allow-empty starts fresh)", manifest.ErrNoCheckpoint, loc)
+	case step < 0:
+		return err // a step appeared meanwhile: report the original error
+	}
+	list := make([]string, 0, show)
+	for _, s := range steps[:min(len(steps), show)] {
+		list = append(list, strconv.FormatInt(s, 10))
+	}
+	more := ""
+	if len(steps) > show {
+		more = ", ... (ferry list shows all)"
+	}
+	return fmt.Errorf("step %d: %w at %s; committed steps, newest first: %s%s", step, manifest.ErrNoCheckpoint, loc, strings.Join(list, ", "), more)
 }

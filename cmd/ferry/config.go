@@ -23,27 +23,28 @@ func applyConfigFile(c *cli.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	byEnv := map[string]string{}
+	byEnv := map[string]cli.Flag{}
 	for _, f := range c.Command.Flags {
 		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
 			for _, name := range ev.GetEnvVars() {
-				byEnv[name] = f.Names()[0]
+				byEnv[name] = f
 			}
 		}
 	}
 	for key, val := range values {
-		flag, ok := byEnv[key]
+		f, ok := byEnv[key]
 		if !ok {
 			if strings.HasPrefix(key, "FERRY_") {
 				return usagef("--config %s: unknown setting %s", path, key)
 			}
 			continue // e.g. AWS_* settings meant for the environment
 		}
+		flag := f.Names()[0]
 		if c.IsSet(flag) {
 			continue
 		}
 		if err := c.Set(flag, val); err != nil {
-			return usagef("--config %s: %s=%q: %v", path, key, val, err)
+			return usagef("--config %s: %s=%q: %s", path, key, val, wantedValue(f))
 		}
 	}
 	return nil

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/s3test"
+)
+
+// The messages a new user meets: each is one line saying what failed, the
+// value that was wrong and what to do, with the exit code.
+func TestCLIMessages(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(1000, 7))
+	// Flags after the directory are accepted.
+	ferry(t, srv, "push", src, "--to", url, "--step", "100", "-q").must(t, 0)
+	ferry(t, srv, "push", "--to", url, src, "--step", "200").must(t, 0)
+	dst := t.TempDir()
+	env := filepath.Join(t.TempDir(), "agent.env")
+	writeFile(t, env, []byte("FERRY_SETTLE=\"5\"\n"))
+	cases := []struct {
+		args []string
+		env  []string
+		code int
+		line string
+	}{
+		{[]string{"push", "--to", url, "--step", "-3", src}, nil, 2,
+			"ferry: --step -3: a step is a number from 0 up (see ferry push --help)"},
+		{[]string{"push", "--stpe", "1", src}, nil, 2,
+			"ferry: unknown flag --stpe: did you mean --step? (see ferry push --help)"},
+		{[]string{"restore", "--form", url}, nil, 2,
+			"ferry: unknown flag --form: did you mean --from? (see ferry restore --help)"},
+		{[]string{"restore", "--from", url, "--to", dst, "--step", "1500"}, nil, 3,
+			"ferry: step 1500: no committed checkpoint found at " + url + "; committed steps, newest first: 200, 100"},
+		{[]string{"restore", "--from", url + "-nothing", "--to", dst}, nil, 3,
+			"ferry: no committed checkpoint found at " + url + "-nothing: nothing is committed there; check --from (restore --allow-empty starts fresh)"},
+		{[]string{"agent", "--config", env, "--watch", src}, nil, 2,
+			"ferry: --config " + env + ": FERRY_SETTLE=\"5\": want a duration with a unit, e.g. 30s, 5m or 1h (see ferry agent --help)"},
+		{[]string{"agent", "--watch", src, "--settle", "5"}, nil, 2,
+			"ferry: --settle \"5\": want a duration with a unit, e.g. 30s, 5m or 1h (see ferry agent --help)"},
+		{[]string{"push", "--to", url, "--step", "3", src}, []string{"FERRY_CONCURRENCY=many"}, 2,
+			"ferry: FERRY_CONCURRENCY=\"many\" (--concurrency): want a whole number (see ferry push --help)"},
+		{[]string{"frobnicate"}, nil, 2, "ferry: unknown command \"frobnicate\" (see ferry --help)"},
+	}
+	for _, c := range cases {
+		r := ferryEnv(t, append(srv.Env(), c.env...), c.args...)
+		if r.code != c.code || strings.TrimRight(r.stderr, "\n") != c.line {
+			t.Errorf("ferry %s: exit %d, stderr %q\nwant exit %d, %q", strings.Join(c.args, " "), r.code, r.stderr, c.code, c.line)
+		}
+		if len(c.line) > 200 {
+			t.Errorf("ferry %s: %d characters; keep messages short", strings.Join(c.args, " "), len(c.line))
+		}
+	}
+}
+
+// SIGINT during a push says how to resume, and --json still prints a result
+// object carrying the error; running the same command again commits.
+func TestCLIPushInterrupted(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src, state := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(24*mib, 8))
+	args := []string{"push", "--json", "--to", url, "--step", "1", "--part-size", "5MiB", "--state-dir", state, src}
+	// One part at a time at 8 MiB/s: after 2 s some of the 5 parts are
+	// acknowledged and some are not.
+	cmd := ferryCmd(t, srv, append(args, "--bandwidth", "8MiB/s", "--concurrency", "1")...)
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = waitExit(t, cmd, time.Minute)
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit %d after SIGINT, want 1; stderr %q", code, errb.String())
+	}
+	want := "run the same command again to resume; parts already sent are kept"
+	if line := ferryErrorLine(t, errb.String()); line != "ferry: interrupted: "+want {
+		t.Errorf("error line %q", line)
+	}
+	var sum pushSummary
+	decodeJSON(t, out.String(), &sum)
+	if sum.Step != 1 || sum.Committed || !strings.Contains(sum.Error, want) {
+		t.Errorf("--json after SIGINT: %+v", sum)
+	}
+	r := ferry(t, srv, args...).must(t, 0)
+	sum = pushSummary{}
+	decodeJSON(t, r.stdout, &sum)
+	if !sum.Committed || sum.Error != "" || sum.PartsReused == 0 {
+		t.Errorf("re-run: %+v, want committed, resuming parts sent before", sum)
+	}
+}
