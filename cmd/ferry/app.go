@@ -113,9 +113,23 @@ func exitCode(err error, cmd string, stderr io.Writer) int {
 		}
 		return exitFailure
 	default:
-		fmt.Fprintf(stderr, "ferry: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "ferry: %s\n", shortLine(err))
 		return exitFailure
 	}
+}
+
+// shortLine is err as one line. When the cause is something the user must
+// fix (a bucket, the region, credentials, the endpoint), it is the command's
+// own context followed by that fix, without the chain of operations and
+// keys in between (the log at debug level has them).
+func shortLine(err error) string {
+	var ur interface{ UserReason() string }
+	full := oneLine(err.Error())
+	if !errors.As(err, &ur) || ur.UserReason() == "" {
+		return full
+	}
+	head, _, _ := strings.Cut(full, ": ")
+	return head + ": " + oneLine(ur.UserReason())
 }
 
 func oneLine(s string) string {

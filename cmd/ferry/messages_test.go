@@ -99,3 +99,19 @@ func TestCLIPushInterrupted(t *testing.T) {
 		t.Errorf("re-run: %+v, want committed, resuming parts sent before", sum)
 	}
 }
+
+// An unreachable endpoint: the retries show at info level after a few
+// seconds, and the error is one short line with the fix.
+func TestCLIUnreachableEndpoint(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(1000, 9))
+	r := ferryEnv(t, []string{"AWS_ACCESS_KEY_ID=a", "AWS_SECRET_ACCESS_KEY=b", "AWS_REGION=us-east-1"},
+		"push", "--to", "s3://bkt/run", "--step", "1", "--endpoint", "http://127.0.0.1:1", src).must(t, 1)
+	if !strings.Contains(r.stderr, "still retrying S3 requests") {
+		t.Errorf("no visible retry line before the error:\n%s", r.stderr)
+	}
+	want := "ferry: push step 1: cannot connect to http://127.0.0.1:1 (connection refused): check --endpoint or S3_ENDPOINT_URL, and that the server is up"
+	if line := ferryErrorLine(t, r.stderr); line != want {
+		t.Errorf("error line %q\nwant %q", line, want)
+	}
+}

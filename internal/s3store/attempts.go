@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -76,15 +77,51 @@ func (c *Counters) Ops() []string {
 
 // attemptMiddleware sits in the finalize step just inside the retry loop, so
 // it sees every HTTP attempt: each one is billed by the provider.
+//
+// Failed attempts are logged at debug level, and at info level once
+// failures have gone on for retryVisibleAfter without a success (at most
+// every retryVisibleEvery): an unreachable endpoint is retried for many
+// seconds before the error surfaces, and a user must see why nothing moves.
 type attemptMiddleware struct {
 	onRequest func(op string)
 	log       *zap.Logger
+
+	mu         sync.Mutex
+	failSince  time.Time // first failure since the last success; zero if none
+	lastLogged time.Time
 }
 
+const (
+	retryVisibleAfter = 3 * time.Second
+	retryVisibleEvery = 5 * time.Second
+)
+
 func addAttemptMiddleware(onRequest func(string), log *zap.Logger) func(*middleware.Stack) error {
+	m := &attemptMiddleware{onRequest: onRequest, log: log}
 	return func(stack *middleware.Stack) error {
-		return stack.Finalize.Insert(&attemptMiddleware{onRequest: onRequest, log: log}, "Retry", middleware.After)
+		return stack.Finalize.Insert(m, "Retry", middleware.After)
 	}
+}
+
+// visible reports whether a failure now should be logged at info level,
+// and updates the failure streak.
+func (m *attemptMiddleware) visible(failed bool) (bool, time.Duration) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !failed {
+		m.failSince = time.Time{}
+		return false, 0
+	}
+	if m.failSince.IsZero() {
+		m.failSince = now
+	}
+	streak := now.Sub(m.failSince)
+	if streak < retryVisibleAfter || now.Sub(m.lastLogged) < retryVisibleEvery {
+		return false, streak
+	}
+	m.lastLogged = now
+	return true, streak
 }
 
 // ID implements middleware.FinalizeMiddleware.
@@ -99,10 +136,18 @@ func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.Fi
 		m.onRequest(op)
 	}
 	out, md, err := next.HandleFinalize(ctx, in)
-	if err != nil && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		return out, md, err
+	}
+	show, streak := m.visible(err != nil)
+	if err != nil {
 		// SDK errors carry the operation, status and request ID, never
 		// credentials: requests are signed in headers, not in URLs.
-		m.log.Debug("s3 request attempt failed", zap.String("op", op), zap.Error(err))
+		if show {
+			m.log.Info("still retrying S3 requests", zap.String("op", op), zap.String("failing_for", streak.Round(time.Second).String()), zap.Error(err))
+		} else {
+			m.log.Debug("s3 request attempt failed", zap.String("op", op), zap.Error(err))
+		}
 	}
 	return out, md, err
 }

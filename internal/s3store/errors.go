@@ -29,9 +29,23 @@ type storeError struct {
 	msg     string
 	targets []error
 	cause   error
+	// reason is the part of msg after the failed operation when it says
+	// what the user must fix (bucket, region, credentials, endpoint).
+	reason string
 }
 
 func (e *storeError) Error() string { return e.msg }
+
+// UserReason returns what the user must fix, without the operation and key
+// that failed, or "" when the error is not the user's to fix. The CLI
+// prints it after the command's own context instead of the whole chain.
+func (e *storeError) UserReason() string { return e.reason }
+
+// actionable returns a storeError for what that failed because of reason,
+// something the user must fix.
+func actionable(what, reason string, cause error, targets ...error) *storeError {
+	return &storeError{msg: what + ": " + reason, reason: reason, cause: cause, targets: targets}
+}
 
 // Is reports whether target is one of the sentinels e stands for.
 func (e *storeError) Is(target error) bool {
@@ -74,18 +88,11 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 	}
 	switch {
 	case code == "NoSuchBucket":
-		return &storeError{
-			msg: fmt.Sprintf("%s: bucket %q does not exist at %s: create it, or fix the bucket in the s3:// URL or the endpoint",
-				what, s.bucket, s.endpointName()),
-			targets: []error{ErrNoSuchBucket, store.ErrNotExist},
-			cause:   err,
-		}
+		return actionable(what, fmt.Sprintf("bucket %q does not exist at %s: create it, or fix the bucket in the s3:// URL or the endpoint",
+			s.bucket, s.endpointName()), err, ErrNoSuchBucket, store.ErrNotExist)
 	case wrongRegionCodes[code]:
-		return &storeError{
-			msg:     fmt.Sprintf("%s: wrong region (%s: %s): set --region or AWS_REGION to the bucket's region", what, code, serverMessage(err)),
-			targets: []error{ErrAccessDenied},
-			cause:   err,
-		}
+		return actionable(what, fmt.Sprintf("wrong region (%s: %s): set --region or AWS_REGION to the bucket's region", code, serverMessage(err)),
+			err, ErrAccessDenied)
 	case accessDeniedCodes[code] || status == http.StatusForbidden:
 		return s.accessDenied(err, what, code)
 	case code == "NoSuchUpload":
@@ -108,18 +115,12 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 			cause:   err,
 		}
 	case status == 0 && isDialError(err):
-		return &storeError{
-			msg:   fmt.Sprintf("%s: cannot connect to %s (%v): check --endpoint or S3_ENDPOINT_URL, and that the server is up", what, s.endpointName(), dialCause(err)),
-			cause: err,
-		}
+		return actionable(what, fmt.Sprintf("cannot connect to %s (%v): check --endpoint or S3_ENDPOINT_URL, and that the server is up",
+			s.endpointName(), dialCause(err)), err)
 	case status == 0 && (strings.Contains(err.Error(), "failed to retrieve credentials") ||
 		strings.Contains(err.Error(), "failed to refresh cached credentials")):
-		return &storeError{
-			msg: what + ": no usable AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
-				"or AWS_PROFILE",
-			targets: []error{ErrAccessDenied},
-			cause:   err,
-		}
+		return actionable(what, "no usable AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE",
+			err, ErrAccessDenied)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -130,19 +131,11 @@ func (s *Store) accessDenied(err error, what, code string) error {
 		reason = "HTTP 403"
 	}
 	if code == "ExpiredToken" || code == "TokenRefreshRequired" {
-		return &storeError{
-			msg: fmt.Sprintf("%s: the credentials have expired (%s): renew them (a new AWS_SESSION_TOKEN, "+
-				"or log in again for AWS_PROFILE)", what, code),
-			targets: []error{ErrAccessDenied},
-			cause:   err,
-		}
+		return actionable(what, fmt.Sprintf("the credentials have expired (%s): renew them (a new AWS_SESSION_TOKEN, "+
+			"or log in again for AWS_PROFILE)", code), err, ErrAccessDenied)
 	}
-	return &storeError{
-		msg: fmt.Sprintf("%s: access denied (%s): check the credentials (AWS_ACCESS_KEY_ID and "+
-			"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and their permissions on bucket %q", what, reason, s.bucket),
-		targets: []error{ErrAccessDenied},
-		cause:   err,
-	}
+	return actionable(what, fmt.Sprintf("access denied (%s): check the credentials (AWS_ACCESS_KEY_ID and "+
+		"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and their permissions on bucket %q", reason, s.bucket), err, ErrAccessDenied)
 }
 
 // errorCode returns the S3 error code of err, or "".
