@@ -61,7 +61,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say() { printf '\n\033[1m== [%3ds] %s\033[0m\n' "$((SECONDS - started))" "$*"; }
+if [ -t 1 ]; then
+	say() { printf '\n\033[1m== [%3ds] %s\033[0m\n' "$((SECONDS - started))" "$*"; }
+else
+	say() { printf '\n== [%3ds] %s\n' "$((SECONDS - started))" "$*"; }
+fi
 
 say "Local S3 server (versitygw) on loopback"
 port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
