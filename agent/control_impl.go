@@ -22,6 +22,9 @@ func (a *Agent) Status() Status {
 		LastCommitted: a.lastCommitted(),
 		BytesSent:     a.sent.Load(),
 		Rate:          a.rate.perSecond(),
+
+		RateWindowSeconds: rateWindow,
+		Settling:          a.watcher.Pending(),
 	}
 	if a.opts.Requests != nil {
 		st.Requests = a.opts.Requests()
@@ -69,17 +72,20 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 	}
 }
 
-// rateMeter measures bytes per second over the last minute.
+// rateWindow is the window of the status rate, in seconds.
+const rateWindow = 60
+
+// rateMeter measures bytes per second over the last rateWindow seconds.
 type rateMeter struct {
 	mu      sync.Mutex
-	samples [60]int64 // bytes per second, ring indexed by unix second
-	stamp   [60]int64 // which unix second each slot holds
+	samples [rateWindow]int64 // bytes per second, ring indexed by unix second
+	stamp   [rateWindow]int64 // which unix second each slot holds
 }
 
 func (r *rateMeter) add(n int64) {
 	now := time.Now().Unix()
 	r.mu.Lock()
-	i := now % 60
+	i := now % rateWindow
 	if r.stamp[i] != now {
 		r.stamp[i], r.samples[i] = now, 0
 	}
@@ -93,9 +99,9 @@ func (r *rateMeter) perSecond() float64 {
 	defer r.mu.Unlock()
 	var sum int64
 	for i := range r.samples {
-		if now-r.stamp[i] < 60 {
+		if now-r.stamp[i] < rateWindow {
 			sum += r.samples[i]
 		}
 	}
-	return float64(sum) / 60
+	return float64(sum) / rateWindow
 }

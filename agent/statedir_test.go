@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
 )
 
@@ -117,5 +118,32 @@ func writeTestFile(t *testing.T, path string, size int, seed byte) {
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Status lists a step found on disk that is still settling, before the
+// agent takes it on.
+func TestAgentStatusListsSettlingSteps(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.Detect.Settle = 3 * time.Second; o.Detect.ExpectedRanks = 1 })
+	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 1 << 20, Seed: 9}
+	if err := trainsim.WriteStep(context.Background(), sim, 40); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := h.agent.Status()
+		if len(st.Settling) == 1 && st.Settling[0].Step == 40 && st.Settling[0].State == "settling" && st.Settling[0].Files == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never listed step 40 as settling: %+v", st.Settling)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := h.flush(60 * time.Second); len(left) != 0 {
+		t.Fatalf("not committed: %v", left)
+	}
+	if st := h.agent.Status(); len(st.Settling) != 0 {
+		t.Errorf("step still listed as settling after its commit: %+v", st.Settling)
 	}
 }

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"time"
+
+	"github.com/ferrylabs/ferry/agent/detect"
 )
 
 // StepState is where a step is in the agent's pipeline.
@@ -57,12 +59,18 @@ type Status struct {
 	Started     time.Time    `json:"started"`
 	Draining    bool         `json:"draining"`
 	Steps       []StepStatus `json:"steps"`
+	// Settling lists the steps found on disk that are not complete yet:
+	// settling, or waiting for a marker, a rank or a temporary file.
+	Settling []detect.Pending `json:"settling,omitempty"`
 	// LastCommitted is the highest committed step, -1 if none.
 	LastCommitted int64 `json:"last_committed"`
-	// BytesSent and Rate (bytes/s over the last minute) cover all uploads.
+	// BytesSent and Rate (bytes/s over the last RateWindowSeconds) cover
+	// all uploads.
 	BytesSent int64   `json:"bytes_sent"`
 	Rate      float64 `json:"rate"`
-	LastError string  `json:"last_error,omitempty"`
+	// RateWindowSeconds is the window Rate averages over.
+	RateWindowSeconds int    `json:"rate_window_s"`
+	LastError         string `json:"last_error,omitempty"`
 	// Requests counts S3 requests by operation, retries included.
 	Requests map[string]int64 `json:"requests,omitempty"`
 }

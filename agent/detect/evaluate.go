@@ -80,6 +80,27 @@ type stepState struct {
 	errMsg string
 }
 
+// Pending is a step found on disk that is not complete yet, for status.
+type Pending struct {
+	// Step is the number read from names, -1 for a step the flat layout
+	// numbers when it is reported.
+	Step  int64  `json:"step"`
+	Root  string `json:"root,omitempty"`
+	Files int    `json:"files"`
+	Bytes int64  `json:"bytes"`
+	// State is "settling" (complete by the layout's rules, waiting out the
+	// settle window) or "waiting" (for a marker, a rank, a temporary file).
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	// Since is when its files were last seen changing.
+	Since time.Time `json:"since"`
+}
+
+func pendingOf(c *Candidate, state, reason string, since time.Time) Pending {
+	return Pending{Step: c.Step.Number, Root: c.Step.Root, Files: len(c.Step.Files), Bytes: c.Step.TotalBytes(),
+		State: state, Reason: reason, Since: since.UTC()}
+}
+
 // evaluate compares the tree with what was seen before and returns the
 // events due at now, in step order, and the earliest time a pending step's
 // settle window ends (zero if none). touched holds the paths fsnotify named
@@ -90,6 +111,8 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	e := w.engine
 	seen := map[string]bool{}
 	var ready []Candidate
+	var pending []Pending
+	defer func() { w.pending.Store(&pending) }()
 	cands := e.candidates()
 	name := effectiveName(e.layout)
 	w.chosen.Store(&name)
@@ -117,9 +140,11 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		st.root, st.dirs = c.Step.Root, fileDirs(&c)
 		if why := e.blocked(&c); why != "" {
 			e.log.Debug("step pending", zap.String("step", id), zap.String("reason", why))
+			pending = append(pending, pendingOf(&c, "waiting", why, st.since))
 			continue
 		}
 		if due := st.since.Add(e.opts.Settle); now.Before(due) {
+			pending = append(pending, pendingOf(&c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(st.since).Round(100*time.Millisecond), e.opts.Settle), st.since))
 			st.due = due
 			if next.IsZero() || due.Before(next) {
 				next = due

@@ -27,6 +27,8 @@ type Watcher struct {
 	// chosen is the layout's effective name after the last evaluation,
 	// readable while Run runs.
 	chosen atomic.Pointer[string]
+	// pending is what the last evaluation found not complete yet.
+	pending atomic.Pointer[[]Pending]
 
 	fsw        *fsnotify.Watcher
 	watchErred bool
@@ -67,6 +69,15 @@ func (w *Watcher) LayoutName() string {
 		return *n
 	}
 	return w.opts.Layout
+}
+
+// Pending returns the steps the last evaluation found on disk but not
+// complete yet, in step order. Safe to call while Run runs.
+func (w *Watcher) Pending() []Pending {
+	if p := w.pending.Load(); p != nil {
+		return append([]Pending(nil), (*p)...)
+	}
+	return nil
 }
 
 // SetCounterFloor makes the counter (flat layout without a StepPattern)

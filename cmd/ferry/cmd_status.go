@@ -50,15 +50,21 @@ func runStatus(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	return printStatus(stdout, st, time.Now())
 }
 
-// printStatus writes a header line about the agent and a table of steps.
+// printStatus writes a header line about the agent and a table of steps:
+// those found on disk but not complete yet (settling, waiting), then those
+// the agent took on.
 func printStatus(w io.Writer, st agent.Status, now time.Time) error {
 	last := "none"
 	if st.LastCommitted >= 0 {
 		last = fmt.Sprint(st.LastCommitted)
 	}
-	fmt.Fprintf(w, "%s -> %s (layout %s)  last committed %s  rate %s/s  sent %s  up %s",
-		st.Watch, st.Destination, orDash(st.Layout), last,
-		units.FormatBytes(int64(st.Rate)), units.FormatBytes(st.BytesSent), now.Sub(st.Started).Round(time.Second))
+	window := st.RateWindowSeconds
+	if window <= 0 {
+		window = 60
+	}
+	fmt.Fprintf(w, "%s -> %s (layout %s)  last committed %s  rate %s/s (last %ds)  sent %s  up %s",
+		st.Watch, st.Destination, orDash(st.Layout), last, units.FormatBytes(int64(st.Rate)), window,
+		units.FormatBytes(st.BytesSent), now.Sub(st.Started).Round(time.Second))
 	if st.Draining {
 		fmt.Fprint(w, "  draining")
 	}
@@ -67,28 +73,40 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) error {
 	if st.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", oneLine(st.LastError))
 	}
-	if len(st.Steps) == 0 {
+	if len(st.Steps) == 0 && len(st.Settling) == 0 {
 		fmt.Fprintln(w, "no complete step seen yet")
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATE\tFILES\tBYTES\tSENT\tDETECTED\tCOMMITTED\tERROR")
+	for _, p := range st.Settling {
+		step := fmt.Sprint(p.Step)
+		if p.Step < 0 {
+			step = orDash(p.Root)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t-\t-\t-\t%s\n", step, p.State, p.Files, units.FormatBytes(p.Bytes), truncate(oneLine(p.Reason), 120))
+	}
 	for _, s := range st.Steps {
-		committed := "-"
-		if !s.Committed.IsZero() {
-			// How long the step took to become durable says more than
-			// a second timestamp.
-			committed = "+" + s.Committed.Sub(s.Detected).Round(time.Second).String()
-		}
-		errText := oneLine(s.Error)
-		if errText != "" && s.Attempts > 1 {
-			errText = fmt.Sprintf("attempt %d: %s", s.Attempts, errText)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Step, s.State, s.Files,
-			units.FormatBytes(s.Bytes), units.FormatBytes(s.BytesSent),
-			s.Detected.Local().Format("2006-01-02 15:04:05"), committed, truncate(errText, 120))
+		printStepRow(tw, s)
 	}
 	return tw.Flush()
+}
+
+// printStepRow writes one step the agent took on.
+func printStepRow(tw io.Writer, s agent.StepStatus) {
+	committed := "-"
+	if !s.Committed.IsZero() {
+		// How long the step took to become durable says more than a
+		// second timestamp.
+		committed = "+" + s.Committed.Sub(s.Detected).Round(time.Second).String()
+	}
+	errText := oneLine(s.Error)
+	if errText != "" && s.Attempts > 1 {
+		errText = fmt.Sprintf("attempt %d: %s", s.Attempts, errText)
+	}
+	fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Step, s.State, s.Files,
+		units.FormatBytes(s.Bytes), units.FormatBytes(s.BytesSent),
+		s.Detected.Local().Format("2006-01-02 15:04:05"), committed, truncate(errText, 120))
 }
 
 func orValue(s, none string) string {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/detect"
 )
 
 // fakeAgent is a Controller with a fixed status; flush answers ferry flush
@@ -68,7 +69,8 @@ func agentStatus() agent.Status {
 			{Step: 1300, State: agent.StateUploading, Files: 3, Bytes: 3 << 30, BytesSent: 1 << 30, Detected: t0.Add(time.Hour)},
 			{Step: 1400, State: agent.StateFailed, Files: 3, Bytes: 3 << 30, Detected: t0.Add(2 * time.Hour), Attempts: 2, Error: "upload part 4:\nconnection reset"},
 		},
-		LastCommitted: 1200, BytesSent: 4 << 30, Rate: 200 << 20, LastError: "upload part 4: connection reset",
+		Settling: []detect.Pending{{Step: 1500, Files: 3, Bytes: 3 << 30, State: "settling", Reason: "unchanged for 2s of 5s", Since: t0.Add(3 * time.Hour)}},
+		LastCommitted: 1200, BytesSent: 4 << 30, Rate: 200 << 20, RateWindowSeconds: 60, LastError: "upload part 4: connection reset",
 		Requests: map[string]int64{"UploadPart": 64},
 	}
 }
@@ -79,10 +81,14 @@ func TestStatusCommand(t *testing.T) {
 
 	out := ferry(t, nil, "status", "--state-dir", dir).must(t, 0).stdout
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 7 {
-		t.Fatalf("want header, state line, last error, table head and 3 rows; got:\n%s", out)
+	if len(lines) != 8 {
+		t.Fatalf("want header, state line, last error, table head, a settling step and 3 rows; got:\n%s", out)
 	}
-	if !containsAll(lines[0], "/ckpt -> s3://bucket/run", "last committed 1200", "rate 200.0 MiB/s", "sent 4.0 GiB") {
+	if f := strings.Fields(lines[4]); len(f) < 6 || f[0] != "1500" || f[1] != "settling" || !strings.HasSuffix(lines[4], "unchanged for 2s of 5s") {
+		t.Errorf("settling row: %q", lines[4])
+	}
+	lines = append(lines[:4], lines[5:]...)
+	if !containsAll(lines[0], "/ckpt -> s3://bucket/run", "last committed 1200", "rate 200.0 MiB/s (last 60s)", "sent 4.0 GiB") {
 		t.Errorf("header line: %q", lines[0])
 	}
 	if lines[1] != "state /state/agents/0123456789abcdef  metrics 127.0.0.1:40123" {
