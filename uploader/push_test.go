@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"os"
@@ -315,4 +316,25 @@ func (c *countingStore) Head(ctx context.Context, key string) (store.ObjectInfo,
 func (c *countingStore) List(ctx context.Context, prefix, after string, max int, fn func(store.ObjectInfo) error) error {
 	c.calls.Add(1)
 	return c.Store.List(ctx, prefix, after, max, fn)
+}
+
+// OnDurable counts the bytes the server holds: every byte of the step once,
+// whether sent or referenced from the previous step, never more.
+func TestPushReportsDurableBytes(t *testing.T) {
+	dir := t.TempDir()
+	var total int64
+	for i, size := range []int64{3*testPart + 17, 1000, 0} {
+		writeRandom(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), size, int64(i))
+		total += size
+	}
+	st := store.NewMemStore()
+	for step := int64(1); step <= 2; step++ { // step 2: every file deduplicated
+		var durable atomic.Int64
+		if _, err := push(t, st, dir, step, t.TempDir(), func(o *PushOptions) { o.Upload.OnDurable = func(n int64) { durable.Add(n) } }); err != nil {
+			t.Fatal(err)
+		}
+		if got := durable.Load(); got != total {
+			t.Errorf("step %d: OnDurable reported %d bytes, want %d", step, got, total)
+		}
+	}
 }
