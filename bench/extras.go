@@ -15,8 +15,10 @@ import (
 	"github.com/ferrylabs/ferry/uploader"
 )
 
-// rssResult is ferry push of one file of SizeBytes at default settings.
+// rssResult is ferry push or restore (Op) of one file of SizeBytes at
+// default settings.
 type rssResult struct {
+	Op         string  `json:"op"`
 	SizeBytes  int64   `json:"size_bytes"`
 	WallS      float64 `json:"wall_s"`
 	CPUPerGiB  float64 `json:"cpu_s_per_gib"`
@@ -24,44 +26,61 @@ type rssResult struct {
 	ServerCPUS float64 `json:"server_cpu_s"`
 }
 
-// rssPhase pushes single files of each -rss-sizes size, one at a time, and
-// records ferry's peak RSS, which must not grow with the file.
+// rssPhase pushes and then restores single files of each -rss-sizes size,
+// one at a time, and records ferry's peak RSS, which must not grow with the
+// file.
 func (b *bench) rssPhase(ctx context.Context) error {
 	for _, size := range b.cfg.rssSizes {
 		dir := filepath.Join(b.work, "rss", fmtSize(size))
-		// The file, the server's parts and its assembled object, and slack.
+		// The file (or its restored copy), the server's parts and its
+		// assembled object, and slack.
 		need := size*3 + 1<<30
 		if free, err := freeBytes(b.work); err == nil && free < need {
 			b.rep.note("rss: %s file skipped: %.1f GiB free, about %.1f GiB needed", fmtSize(size), gib(free), gib(need))
 			continue
 		}
-		start := time.Now()
-		log.Printf("rss: generating one %s file", fmtSize(size))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := writeRandomFile(filepath.Join(dir, "model.pt"), size, 99); err != nil {
-			return err
-		}
-		log.Printf("rss: generated in %s; pushing", time.Since(start).Round(time.Second))
-		prefix := "rss-" + fmtSize(size)
-		settle()
-		s, err := measure(ctx, b.ts.ferry().upload(dir, prefix), b.srv, nil)
-		if err != nil {
-			return err
-		}
-		s.Bytes = size
-		r := rssResult{SizeBytes: size, WallS: s.WallS, CPUPerGiB: s.cpuPerGiB(), MaxRSSMiB: s.MaxRSSMiB, ServerCPUS: s.ServerCPUS}
-		b.rep.RSS = append(b.rep.RSS, r)
-		log.Printf("rss: %s in %.1f s, peak RSS %.1f MiB", fmtSize(size), s.WallS, s.MaxRSSMiB)
-		if err := b.srv.removePrefix(prefix); err != nil {
-			return err
-		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := b.rssOne(ctx, dir, size); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// rssOne measures the push of one file of size, then its restore into an
+// empty directory (the source is deleted first, to leave room).
+func (b *bench) rssOne(ctx context.Context, dir string, size int64) error {
+	start := time.Now()
+	log.Printf("rss: generating one %s file", fmtSize(size))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeRandomFile(filepath.Join(dir, "model.pt"), size, 99); err != nil {
+		return err
+	}
+	log.Printf("rss: generated in %s; pushing", time.Since(start).Round(time.Second))
+	prefix := "rss-" + fmtSize(size)
+	t := b.ts.ferry()
+	for _, op := range []string{"push", "restore"} {
+		c := t.upload(dir, prefix)
+		if op == "restore" {
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+			c = t.restore(prefix, dir)
+		}
+		settle()
+		s, err := measure(ctx, c, b.srv, nil)
+		if err != nil {
+			return err
+		}
+		s.Bytes = size
+		b.rep.RSS = append(b.rep.RSS, rssResult{Op: op, SizeBytes: size, WallS: s.WallS, CPUPerGiB: s.cpuPerGiB(), MaxRSSMiB: s.MaxRSSMiB, ServerCPUS: s.ServerCPUS})
+		log.Printf("rss: %s %s in %.1f s, peak RSS %.1f MiB", op, fmtSize(size), s.WallS, s.MaxRSSMiB)
+	}
+	if err := b.srv.removePrefix(prefix); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // hashResult is one hasher over the same file in page cache.

@@ -30,10 +30,10 @@ func (r *report) markdown() string {
 	}
 	r.requestsMarkdown(&b)
 	if len(r.RSS) > 0 {
-		p("## ferry push peak RSS by file size (one file, default settings)\n\n")
-		p("| file | wall s | MiB/s | client CPU s/GiB | peak RSS MiB | server CPU s |\n|---|---:|---:|---:|---:|---:|\n")
+		p("## ferry push and restore peak RSS by file size (one file, default settings)\n\n")
+		p("| op | file | wall s | MiB/s | client CPU s/GiB | peak RSS MiB | server CPU s |\n|---|---|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.RSS {
-			p("| %s | %.1f | %.0f | %.2f | %.0f | %.1f |\n", fmtSize(x.SizeBytes), x.WallS, mibps(x.SizeBytes, x.WallS), x.CPUPerGiB, x.MaxRSSMiB, x.ServerCPUS)
+			p("| %s | %s | %.1f | %.0f | %.2f | %.0f | %.1f |\n", x.Op, fmtSize(x.SizeBytes), x.WallS, mibps(x.SizeBytes, x.WallS), x.CPUPerGiB, x.MaxRSSMiB, x.ServerCPUS)
 		}
 		p("\n")
 	}

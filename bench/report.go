@@ -217,35 +217,66 @@ func peerRatios(rows []summary) float64 {
 	return bestWall
 }
 
+// checkTargets checks the targets of the restore issue (ratios to the
+// fastest peer of the same run, default flags): big files ready <= 0.8x and
+// restore wall <= 1.0x, many small files push and restore wall <= 0.8x,
+// upload wall <= 0.67x and client CPU/GiB <= 0.5x, restore CPU/GiB <= 1.0x;
+// peak RSS at most 256 MiB and flat with the file size.
 func (r *report) checkTargets() {
 	add := func(name string, v, limit float64, unit string) {
 		r.Targets = append(r.Targets, target{Name: name, Value: v, Limit: limit, Unit: unit, Pass: v <= limit})
 	}
+	type ratio struct {
+		name  string
+		limit float64
+		of    func(summary) *float64
+	}
+	wall := func(s summary) *float64 { return s.WallVsBestPeer }
+	ready := func(s summary) *float64 { return s.ReadyVsBestPeer }
+	cpu := func(s summary) *float64 { return s.CPUVsBestPeer }
 	for _, c := range []struct {
-		phase     string
-		wallLimit float64
-	}{{"upload", 0.67}, {"restore", 0.77}} {
-		for _, s := range r.Summary[summaryKey(bigSet, c.phase)] {
+		set, phase string
+		ratios     []ratio
+	}{
+		{bigSet, "upload", []ratio{{"wall time", 0.67, wall}, {"client CPU per GiB", 0.5, cpu}}},
+		{bigSet, "restore", []ratio{{"ready time", 0.8, ready}, {"wall time", 1.0, wall}, {"client CPU per GiB", 1.0, cpu}}},
+		{smallSet, "upload", []ratio{{"wall time", 0.8, wall}}},
+		{smallSet, "restore", []ratio{{"wall time", 0.8, wall}}},
+	} {
+		for _, s := range r.Summary[summaryKey(c.set, c.phase)] {
 			if s.Tool != "ferry" {
 				continue
 			}
-			if s.WallVsBestPeer != nil {
-				add(c.phase+": wall time vs fastest peer", *s.WallVsBestPeer, c.wallLimit, "x")
-				add(c.phase+": client CPU per GiB vs leanest peer", *s.CPUVsBestPeer, 0.5, "x")
+			for _, q := range c.ratios {
+				if v := q.of(s); v != nil {
+					add(fmt.Sprintf("%s %s: %s vs fastest peer", c.set, c.phase, q.name), *v, q.limit, "x")
+				}
 			}
-			add(c.phase+": peak RSS at defaults", s.MaxRSSMiB, 256, "MiB")
+			add(fmt.Sprintf("%s %s: peak RSS at defaults", c.set, c.phase), s.MaxRSSMiB, 256, "MiB")
 		}
 	}
-	if len(r.RSS) >= 2 {
-		first, last := r.RSS[0], r.RSS[len(r.RSS)-1]
-		add(fmt.Sprintf("push peak RSS growth %s -> %s file", fmtSize(first.SizeBytes), fmtSize(last.SizeBytes)),
-			last.MaxRSSMiB-first.MaxRSSMiB, 32, "MiB")
-	}
-	for _, x := range r.RSS {
-		add(fmt.Sprintf("push peak RSS, one %s file", fmtSize(x.SizeBytes)), x.MaxRSSMiB, 256, "MiB")
-	}
+	r.checkRSSTargets(add)
 	if a := r.AgentResult; a != nil {
 		add("idle agent CPU", a.IdleCPUPercent, 1, "% of one core")
+	}
+}
+
+// checkRSSTargets: push's and restore's peak RSS stay flat from the
+// smallest to the largest single file.
+func (r *report) checkRSSTargets(add func(string, float64, float64, string)) {
+	for _, op := range []string{"push", "restore"} {
+		var rs []rssResult
+		for _, x := range r.RSS {
+			if x.Op == op {
+				rs = append(rs, x)
+				add(fmt.Sprintf("%s peak RSS, one %s file", op, fmtSize(x.SizeBytes)), x.MaxRSSMiB, 256, "MiB")
+			}
+		}
+		if len(rs) >= 2 {
+			first, last := rs[0], rs[len(rs)-1]
+			add(fmt.Sprintf("%s peak RSS growth %s -> %s file", op, fmtSize(first.SizeBytes), fmtSize(last.SizeBytes)),
+				last.MaxRSSMiB-first.MaxRSSMiB, 32, "MiB")
+		}
 	}
 }
 

@@ -69,7 +69,7 @@ func agentStatus() agent.Status {
 			{Step: 1300, State: agent.StateUploading, Files: 3, Bytes: 3 << 30, BytesSent: 1 << 30, Detected: t0.Add(time.Hour)},
 			{Step: 1400, State: agent.StateFailed, Files: 3, Bytes: 3 << 30, Detected: t0.Add(2 * time.Hour), Attempts: 2, Error: "upload part 4:\nconnection reset"},
 		},
-		Settling: []detect.Pending{{Step: 1500, Files: 3, Bytes: 3 << 30, State: "settling", Reason: "unchanged for 2s of 5s", Since: t0.Add(3 * time.Hour)}},
+		Settling:      []detect.Pending{{Step: 1500, Files: 3, Bytes: 3 << 30, State: "settling", Reason: "unchanged for 2s of 5s", Since: t0.Add(3 * time.Hour)}},
 		LastCommitted: 1200, BytesSent: 4 << 30, Rate: 200 << 20, RateWindowSeconds: 60, LastError: "upload part 4: connection reset",
 		Requests: map[string]int64{"UploadPart": 64},
 	}
