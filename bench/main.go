@@ -44,6 +44,7 @@ type config struct {
 	idle        time.Duration
 	skipB3      bool
 	perfProfile bool
+	tls         bool
 
 	ferry, trainsim, versitygw, s5cmd, aws, b3sum string
 }
@@ -73,6 +74,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.aws, "aws", "/usr/bin/aws", "aws-cli (Debian's awscli package)")
 	fs.StringVar(&c.b3sum, "b3sum", "/usr/bin/b3sum", "b3sum binary")
 	fs.BoolVar(&c.skipB3, "no-b3sum", false, "skip the b3sum comparison")
+	fs.BoolVar(&c.tls, "tls", false, "serve HTTPS (a throwaway CA handed to every tool with AWS_CA_BUNDLE), as R2 is HTTPS-only")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

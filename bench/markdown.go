@@ -15,10 +15,14 @@ func (r *report) markdown() string {
 	p("# ferry benchmark\n\n")
 	p("%s, %d cores, %.1f GiB RAM, Linux %s, %s. Data sets: %s. %d measured rounds after %d warm-up, tools alternating; median of the rounds, peak RSS is the largest. ",
 		r.Host.CPU, r.Host.Cores, r.Host.MemGiB, r.Host.Kernel, r.Host.Go, r.setsText(), r.Rounds, r.Warmup)
-	p("Server: versitygw (posix) on loopback HTTP, same disk. %s ", r.cacheText())
+	p("Server: versitygw (posix) on loopback %s, same disk. %s ", strings.ToUpper(r.Scheme), r.cacheText())
 	p("Run %s to %s; load average %s at the start, %s at the end (the machine is shared).\n\n",
 		r.Started.Format("2006-01-02 15:04Z"), r.Finished.Format("15:04Z"), r.Host.LoadStart, r.Host.LoadEnd)
-	p("Reproduce: `%s`\n\n", "make bench")
+	repro := "make bench"
+	if r.Scheme == "https" {
+		repro = `make bench BENCH_FLAGS="-tls"`
+	}
+	p("Reproduce: `%s` (this run: `%s`)\n\n", repro, r.Command)
 	r.compareTables(p)
 	if d := r.Disk; d != nil {
 		p("## Local disk (the floor of a durable restore)\n\n")

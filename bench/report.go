@@ -22,6 +22,8 @@ type report struct {
 	FileSize int64     `json:"file_size_bytes"`
 	Rounds   int       `json:"rounds"`
 	Warmup   int       `json:"warmup"`
+	// Scheme is how the tools reach the server: "http" or "https".
+	Scheme string `json:"scheme"`
 	// Sets are the data sets of the comparison (Files and FileSize above
 	// are the big one's).
 	Sets []setInfo `json:"sets"`
@@ -118,10 +120,17 @@ type target struct {
 func newReport(cfg config) *report {
 	return &report{
 		Started: time.Now().UTC(), Host: readHost(), Command: strings.Join(os.Args, " "),
-		Files: cfg.files, FileSize: cfg.size, Rounds: cfg.rounds, Warmup: cfg.warmup,
+		Files: cfg.files, FileSize: cfg.size, Rounds: cfg.rounds, Warmup: cfg.warmup, Scheme: scheme(cfg.tls),
 		Summary: map[string][]summary{}, phases: []string{"upload", "restore"},
 		Profiles: map[string]string{},
 	}
+}
+
+func scheme(tls bool) string {
+	if tls {
+		return "https"
+	}
+	return "http"
 }
 
 func (r *report) note(format string, args ...any) {

@@ -53,7 +53,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	if free, err := freeBytes(work); err == nil && free < need {
 		return fmt.Errorf("%s has %.1f GiB free; the comparison needs about %.1f GiB", work, gib(free), gib(need))
 	}
-	b.srv, err = startServer(cfg.versitygw, filepath.Join(work, "s3"))
+	b.srv, err = startServer(cfg.versitygw, filepath.Join(work, "s3"), cfg.tls)
 	if err != nil {
 		return err
 	}

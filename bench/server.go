@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/tlsca"
 )
 
 // Credentials of the benchmark server; it listens on loopback only.
@@ -26,13 +30,16 @@ const (
 // disk as the data set, so that its writes cost what they would anywhere.
 type server struct {
 	endpoint string
-	dir      string // holds the buckets, one directory each
-	cmd      *exec.Cmd
-	out      bytes.Buffer
-	done     chan struct{}
+	// caFile is the CA of the server's certificate, for AWS_CA_BUNDLE, when
+	// it serves HTTPS; "" for HTTP.
+	caFile string
+	dir    string // holds the buckets, one directory each
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	done   chan struct{}
 }
 
-func startServer(bin, dir string) (*server, error) {
+func startServer(bin, dir string, useTLS bool) (*server, error) {
 	s := &server{dir: dir, done: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(dir, bucket), 0o755); err != nil {
 		return nil, err
@@ -44,8 +51,20 @@ func startServer(bin, dir string) (*server, error) {
 	addr := l.Addr().String()
 	l.Close()
 	s.endpoint = "http://" + addr
-	s.cmd = exec.Command(bin, "--access", accessKey, "--secret", secretKey, "--region", region,
-		"--port", addr, "--quiet", "--keep-alive", "posix", dir)
+	args := []string{"--access", accessKey, "--secret", secretKey, "--region", region, "--port", addr, "--quiet", "--keep-alive"}
+	client := &http.Client{Timeout: time.Second}
+	if useTLS {
+		files, err := tlsca.Write(filepath.Join(filepath.Dir(dir), "tls"))
+		if err != nil {
+			return nil, fmt.Errorf("certificates: %w", err)
+		}
+		if client, err = tlsClient(files.CA); err != nil {
+			return nil, err
+		}
+		s.endpoint, s.caFile = "https://"+addr, files.CA
+		args = append(args, "--cert", files.Cert, "--key", files.Key)
+	}
+	s.cmd = exec.Command(bin, append(args, "posix", dir)...)
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -54,7 +73,6 @@ func startServer(bin, dir string) (*server, error) {
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(15 * time.Second)
-	client := &http.Client{Timeout: time.Second}
 	for {
 		select {
 		case <-s.done:
@@ -71,6 +89,21 @@ func startServer(bin, dir string) (*server, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// tlsClient is an HTTP client trusting the CA in caFile, for the readiness
+// probe.
+func tlsClient(caFile string) (*http.Client, error) {
+	pemData, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("no certificate in %s", caFile)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return &http.Client{Timeout: time.Second, Transport: tr}, nil
 }
 
 func (s *server) stop() {

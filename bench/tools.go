@@ -44,6 +44,11 @@ func newToolset(cfg config, srv *server, work string) (*toolset, error) {
 		}
 	}
 	ts.env = baseEnv(home)
+	if srv.caFile != "" {
+		// Every tool trusts the server's throwaway CA this way: ferry
+		// (aws-sdk-go-v2), s5cmd (aws-sdk-go) and aws-cli (botocore).
+		ts.env = append(ts.env, "AWS_CA_BUNDLE="+srv.caFile)
+	}
 	// What `aws configure set default.s3.max_concurrent_requests 16` and
 	// `aws configure set default.s3.multipart_chunksize 64MB` write: the
 	// same concurrency and part size as ferry's defaults.

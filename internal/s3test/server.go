@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ferrylabs/ferry/internal/tlsca"
 )
 
 // Credentials and region the servers run with.
@@ -103,11 +105,11 @@ func newServer(bin, dir string, o options) (*Server, error) {
 		return nil, err
 	}
 	if o.tls {
-		files, err := writeTLSFiles(filepath.Join(dir, "tls"))
+		files, err := tlsca.Write(filepath.Join(dir, "tls"))
 		if err != nil {
 			return nil, fmt.Errorf("create TLS certificates: %w", err)
 		}
-		s.CAFile, s.certFile, s.keyFile = files.ca, files.cert, files.key
+		s.CAFile, s.certFile, s.keyFile = files.CA, files.Cert, files.Key
 	}
 	return s, nil
 }
