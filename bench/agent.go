@@ -117,6 +117,12 @@ func (b *bench) measureAgent(ctx context.Context) (agentResult, error) {
 
 // startAgent starts `ferry agent` watching dir/ckpt and uploading to prefix.
 func (b *bench) startAgent(ctx context.Context, dir, prefix string) (*exec.Cmd, error) {
+	return b.startAgentWith(ctx, dir, prefix, agentRanks, "", "--settle", agentSettle.String())
+}
+
+// startAgentWith starts the agent for steps of ranks files, pinned to cpus
+// (taskset; "" for none), with extra flags.
+func (b *bench) startAgentWith(ctx context.Context, dir, prefix string, ranks int, cpus string, extra ...string) (*exec.Cmd, error) {
 	watch := filepath.Join(dir, "ckpt")
 	state := filepath.Join(dir, "state")
 	for _, d := range []string{watch, state} {
@@ -125,9 +131,13 @@ func (b *bench) startAgent(ctx context.Context, dir, prefix string) (*exec.Cmd, 
 		}
 	}
 	env := append(append([]string(nil), b.ts.env...), "S3_ENDPOINT_URL="+b.srv.endpoint)
-	cmd := exec.CommandContext(ctx, b.cfg.ferry, "agent", "--quiet", "--watch", watch,
-		"--to", "s3://"+bucket+"/"+prefix, "--state-dir", state, "--metrics-addr", "off",
-		"--settle", agentSettle.String(), "--expected-ranks", fmt.Sprint(agentRanks))
+	argv := append([]string{b.cfg.ferry, "agent", "--quiet", "--watch", watch,
+		"--to", "s3://" + bucket + "/" + prefix, "--state-dir", state, "--metrics-addr", "off",
+		"--expected-ranks", fmt.Sprint(ranks)}, extra...)
+	if cpus != "" {
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = env
 	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out

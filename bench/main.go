@@ -60,7 +60,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per tool and phase")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up rounds per tool and phase (not counted)")
 	fs.StringVar(&tools, "tools", "ferry,aws,s5cmd", "tools to compare")
-	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent", "what to measure")
+	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent,interference", "what to measure")
 	fs.StringVar(&rss, "rss-sizes", "1GiB,16GiB", "single-file sizes for the push peak-RSS check")
 	fs.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle agent")
 	fs.BoolVar(&c.perfProfile, "perf", false, "also record one profiled ferry push and restore with perf (client and server)")
@@ -168,6 +168,18 @@ func (c config) has(phase string) bool {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-trainer-sim" {
+		// The interference phase's trainer, run as a child of the bench.
+		fs := flag.NewFlagSet("trainer-sim", flag.ExitOnError)
+		dir := fs.String("trainer-dir", "", "where the next checkpoint is written")
+		window := fs.Duration("trainer-window", interfWindow, "how long to train")
+		_ = fs.Parse(os.Args[2:])
+		if err := trainerSim(*dir, *window); err != nil {
+			fmt.Fprintln(os.Stderr, "trainer-sim:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ferry-bench:", err)

@@ -41,6 +41,7 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 	}
+	r.interferenceTable(p)
 	if len(r.BLAKE3) > 0 {
 		p("## BLAKE3 over one 1 GiB file in page cache (median of 3)\n\n")
 		p("| hasher | threads | MiB/s | CPU s |\n|---|---|---:|---:|\n")
@@ -179,4 +180,41 @@ func titleCase(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// relOrDash shows a rate relative to the baseline ("1.000x"), "baseline"
+// for the baseline itself, "-" where there is none.
+func relOrDash(rel, abs float64) string {
+	switch {
+	case rel > 0:
+		return fmt.Sprintf("%.3fx", rel)
+	case abs > 0:
+		return "baseline"
+	}
+	return "-"
+}
+
+func numOrDash(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// interferenceTable writes the interference phase's table, if it ran.
+func (r *report) interferenceTable(p func(string, ...any)) {
+	if len(r.Interference) == 0 {
+		return
+	}
+	p("## Interference: the trainer with the agent beside it\n\n")
+	p("The trainer simulator burns CPU on every core but the last for %s and writes its next checkpoint (%s, fsynced) meanwhile; "+
+		"the agent, on the same cores, uploads the previous step (%d x %s); the server is pinned to the last core. "+
+		"Compute and write rates are the trainer's, relative to the trainer alone; time-to-durable runs from the agent's start to the step's manifest.\n\n",
+		interfWindow, fmtSize(interfNextBytes), interfRanks, fmtSize(interfRankSize))
+	p("| case | trainer compute | trainer checkpoint write | agent upload MiB/s | time-to-durable s |\n|---|---:|---:|---:|---:|\n")
+	for _, c := range r.Interference {
+		p("| %s | %s | %s | %s | %s |\n", c.Name, relOrDash(c.ComputeVsBaseline, c.ComputeRate), relOrDash(c.WriteVsBaseline, c.WriteMiBps),
+			numOrDash(c.UploadMiBps), numOrDash(c.TimeToDurableS))
+	}
+	p("\n")
 }

@@ -35,6 +35,7 @@ type report struct {
 	Samples      []sample             `json:"samples"`
 	Summary      map[string][]summary `json:"summary"` // by summaryKey(set, phase)
 	RSS          []rssResult          `json:"rss,omitempty"`
+	Interference []interfCase         `json:"interference,omitempty"`
 	BLAKE3       []hashResult         `json:"blake3,omitempty"`
 	Disk         *diskResult          `json:"disk,omitempty"`
 	B3sumVersion string               `json:"b3sum_version,omitempty"`
@@ -265,6 +266,13 @@ func (r *report) checkTargets() {
 		}
 	}
 	r.checkRSSTargets(add)
+	for _, c := range r.Interference {
+		if c.ComputeVsBaseline > 0 && c.Name == "trainer + agent at defaults" {
+			// Higher is better: the shortfall from 1 is checked.
+			add("trainer compute lost to the agent at defaults", 1-c.ComputeVsBaseline, 0.05, "of baseline")
+			add("trainer checkpoint write rate lost to the agent at defaults", 1-c.WriteVsBaseline, 0.10, "of baseline")
+		}
+	}
 	if a := r.AgentResult; a != nil {
 		add("idle agent CPU", a.IdleCPUPercent, 1, "% of one core")
 	}

@@ -95,6 +95,11 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.has("agent") {
 		b.agentPhase(ctx)
 	}
+	if cfg.has("interference") {
+		if err := b.interferencePhase(ctx); err != nil {
+			b.rep.note("interference: %v", err)
+		}
+	}
 	b.rep.finish()
 	return b.rep.write(cfg.outDir)
 }

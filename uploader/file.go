@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrylabs/ferry/internal/pagecache"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -32,6 +33,9 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		return manifest.File{}, fmt.Errorf("open: %w", err)
 	}
 	defer fh.Close()
+	if u.opts.DropCache {
+		defer u.leaveCache(fh, stamp.Size)()
+	}
 	mf := manifest.File{Path: f.RelPath, Size: stamp.Size, Key: f.Key, Rank: f.Rank}
 	if done, ok := u.alreadyDone(ctx, f, stamp); ok {
 		mf.BLAKE3, mf.PartSize = done.BLAKE3, done.PartSize
@@ -81,6 +85,22 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		}
 	}
 	return mf, nil
+}
+
+// leaveCache records which pages of fh are cached and returns the function
+// that, once the file is sent, drops those this upload pulled in. Failures
+// only cost cache: they are logged at debug level.
+func (u *Uploader) leaveCache(fh *os.File, size int64) func() {
+	res, err := pagecache.Snapshot(fh, size)
+	if err != nil {
+		u.opts.Logger.Debug("page cache: no snapshot; the file's pages stay cached", zap.Error(err))
+		return func() {}
+	}
+	return func() {
+		if err := res.DropOthers(fh); err != nil {
+			u.opts.Logger.Debug("page cache: could not drop pages", zap.Error(err))
+		}
+	}
 }
 
 // alreadyDone reports whether State records f as already written whole, for

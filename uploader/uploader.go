@@ -65,6 +65,12 @@ type Options struct {
 	OnSent func(n int64)
 	// OnHashed, when set, is called as bytes are read and hashed.
 	OnHashed func(n int64)
+	// DropCache leaves the page cache as the upload found it: pages of a
+	// file that were not cached before it was read are dropped once it is
+	// sent (the agent: uploading 100 GB must not evict the trainer's data
+	// set). Pages that were cached, such as a checkpoint just written,
+	// stay as the kernel decides.
+	DropCache bool
 	// OnDurable, when set, is called as bytes of the step are on the
 	// server: sent and acknowledged, held from an earlier run, or
 	// deduplicated. What a progress display counts.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/internal/priority"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
@@ -122,7 +123,7 @@ func (s *syncBuffer) String() string {
 func startAgentProcess(t *testing.T, env []string, args ...string) *agentProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"agent"}, args...)...)
-	cmd.Env = append([]string{"FERRY_CLI_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd.Env = append([]string{"FERRY_CLI_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), testPriority}, env...)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -295,4 +296,36 @@ func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 // that is missing or of the wrong size.
 func checkCommittedComplete(st store.Store, prefix string) error {
 	return manifest.CheckObjects(context.Background(), st, prefix)
+}
+
+// The agent lowers its own priority by default: every thread of the
+// running process is SCHED_IDLE (or nice 19) with best-effort I/O level 7,
+// read back from /proc and ioprio_get; --priority normal leaves it alone.
+func TestAgentLowPriority(t *testing.T) {
+	srv := s3test.Shared(t)
+	to := "s3://" + srv.NewBucket(t) + "/run"
+	for _, mode := range []string{"low", "normal"} {
+		watch := t.TempDir()
+		a := startAgentProcess(t, append(srv.Env(), "FERRY_PRIORITY="+mode), "--watch", watch, "--to", to, "--state-dir", t.TempDir(), "--metrics-addr", "off")
+		waitFor(t, "the agent to start", 30*time.Second, func() bool { return strings.Contains(a.logs.String(), "agent started") })
+		ts, err := priority.Threads(a.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, th := range ts {
+			low := (th.Policy == 5 || th.Nice == 19) && th.IOClass == priority.ClassBestEffort && th.IOLevel == 7
+			if low != (mode == "low") {
+				t.Errorf("--priority %s: thread %d has policy %d, nice %d, I/O class %d level %d", mode, th.TID, th.Policy, th.Nice, th.IOClass, th.IOLevel)
+			}
+		}
+		if mode == "low" && !strings.Contains(a.logs.String(), "running at low priority") {
+			t.Errorf("no log line says the agent runs at low priority:\n%s", a.logs.String())
+		}
+		if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitExit(t, a.Cmd, time.Minute); err != nil {
+			t.Fatalf("--priority %s: %v", mode, err)
+		}
+	}
 }

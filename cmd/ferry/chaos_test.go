@@ -95,7 +95,7 @@ type supervisedAgent struct {
 func startSupervisedAgent(t *testing.T, env []string, args ...string) *supervisedAgent {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"agent"}, args...)...)
-	cmd.Env = append([]string{"FERRY_CLI_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd.Env = append([]string{"FERRY_CLI_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), testPriority}, env...)
 	a := &supervisedAgent{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = a.logs, a.logs
 	if err := cmd.Start(); err != nil {

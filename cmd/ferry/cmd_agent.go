@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/priority"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/sdnotify"
@@ -44,6 +45,7 @@ type agentOptions struct {
 	node          nodeInfo
 	keepRemote    int
 	allowEmpty    bool
+	priority      string
 }
 
 func newAgentCommand() *cli.Command {
@@ -73,6 +75,8 @@ func newAgentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
 			allowEmptyStepFlag(),
+			&cli.StringFlag{Name: "priority", Value: "low", EnvVars: []string{"FERRY_PRIORITY"},
+				Usage: "CPU and I/O priority: low (SCHED_IDLE, or nice 19; I/O best-effort 7) yields to the trainer, normal keeps the caller's"},
 			&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
 		}, append(nodeFlags(), commonFlags()...)...),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
@@ -99,6 +103,7 @@ func newAgentCommand() *cli.Command {
 				drainTimeout:  c.Duration("drain-timeout"),
 				keepRemote:    c.Int("keep-remote"),
 				allowEmpty:    c.Bool("allow-empty"),
+				priority:      c.String("priority"),
 			}
 			var err error
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
@@ -131,6 +136,8 @@ func (o agentOptions) validate() error {
 		return usagef("--expected-ranks %d: must be 0 or more", o.expectedRanks)
 	case o.settle <= 0 || o.drainTimeout <= 0:
 		return usagef("--settle and --drain-timeout must be positive")
+	case o.priority != "low" && o.priority != "normal":
+		return usagef("--priority %q: use low or normal", o.priority)
 	}
 	if !isKnownLayout(o.layout) {
 		return usagef("--layout %q: use one of %s", o.layout, joinNames(detect.LayoutNames()))
@@ -158,6 +165,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
+	if o.priority == "low" {
+		lowerPriority(log)
+	}
 	base := stateBase(o.stateDir)
 	stateDir := agent.AgentStateDir(base, agentIdentity(o.watch, loc))
 	if old := legacyJournal(base); old != "" {
@@ -194,7 +204,8 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 			Poll: o.poll, PollInterval: o.pollInterval, StepPattern: o.stepPattern,
 			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker,
 		},
-		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth)},
+		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth),
+			DropCache: true},
 		StateDir:     stateDir,
 		AllowEmpty:   o.allowEmpty,
 		MetricsAddr:  ms.addr(),
@@ -213,6 +224,18 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	return runAgentServers(ctx, a, ctl, ms, log)
+}
+
+// lowerPriority makes the whole agent yield CPU and disk to the trainer
+// (internal/priority). A refusal is a warning: the agent still uploads.
+func lowerPriority(log *zap.Logger) {
+	a, err := priority.Lower()
+	if err != nil {
+		log.Warn("could not lower the agent's priority; it runs at the trainer's", zap.Error(err))
+		return
+	}
+	log.Info("running at low priority (--priority normal to keep the caller's)", zap.String("cpu", a.CPU),
+		zap.String("io", fmt.Sprintf("best-effort %d", a.IOLevel)), zap.Int("threads", a.Threads))
 }
 
 // optionalMetrics is the metrics endpoint, or nil when it is off or no

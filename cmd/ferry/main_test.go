@@ -24,6 +24,12 @@ func TestMain(m *testing.M) {
 	s3test.Main(m)
 }
 
+// testPriority keeps test agents at normal priority (a test's env may set
+// FERRY_PRIORITY again, later entries win): a SCHED_IDLE agent on a CI
+// machine busy with other test binaries could wait seconds for a core.
+// TestAgentLowPriority runs one at the default.
+const testPriority = "FERRY_PRIORITY=normal"
+
 // result is what one ferry run did.
 type result struct {
 	code           int
@@ -34,7 +40,7 @@ type result struct {
 func ferryCmd(t *testing.T, srv *s3test.Server, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	env := []string{"FERRY_CLI_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	env := []string{"FERRY_CLI_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), testPriority}
 	if srv != nil {
 		env = append(env, srv.Env()...)
 	}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// The interference phase measures what the agent costs a training job on
+// the same node: a trainer simulator burns CPU on every core but the last
+// and writes its next checkpoint while the agent uploads the previous one
+// from the same cores; the S3 server is pinned to the last core, so its CPU
+// is not the trainer's loss.
+const (
+	interfWindow    = 20 * time.Second // how long the trainer runs
+	interfStep      = 2000             // the step the agent uploads
+	interfRanks     = 4
+	interfRankSize  = 256 << 20
+	interfNextBytes = 1 << 30 // the trainer's next checkpoint
+)
+
+// interfCase is one arrangement of trainer and agent.
+type interfCase struct {
+	Name string `json:"name"`
+	// ComputeRate and WriteMiBps are the trainer's (zero without one);
+	// *VsBaseline divide them by the no-agent case's.
+	ComputeRate       float64 `json:"compute_per_s,omitempty"`
+	WriteMiBps        float64 `json:"write_mibps,omitempty"`
+	ComputeVsBaseline float64 `json:"compute_vs_baseline,omitempty"`
+	WriteVsBaseline   float64 `json:"write_vs_baseline,omitempty"`
+	// UploadMiBps is the step's bytes over TimeToDurableS, from the agent's
+	// start to the step's manifest (zero without an agent).
+	UploadMiBps    float64 `json:"upload_mibps,omitempty"`
+	TimeToDurableS float64 `json:"time_to_durable_s,omitempty"`
+}
+
+// interferencePhase runs the cases: trainer alone (the baseline), trainer
+// with the agent at its defaults, with --priority normal, and the agent
+// alone.
+func (b *bench) interferencePhase(ctx context.Context) error {
+	n := runtime.NumCPU()
+	if n < 2 {
+		b.rep.note("interference: needs 2 cores, this machine has %d", n)
+		return nil
+	}
+	trainerCPUs := fmt.Sprintf("0-%d", n-2)
+	if err := pin(b.srv.pid(), fmt.Sprint(n-1)); err != nil {
+		b.rep.note("interference: not measured: cannot pin the server (%v)", err)
+		return nil
+	}
+	defer pin(b.srv.pid(), fmt.Sprintf("0-%d", n-1)) //nolint:errcheck // best effort
+	var base interfCase
+	for _, c := range []struct {
+		name      string
+		trainer   bool
+		agentPrio string
+	}{
+		{"trainer alone (baseline)", true, ""},
+		{"trainer + agent at defaults", true, "low"},
+		{"trainer + agent, --priority normal", true, "normal"},
+		{"agent alone (trainer idle)", false, "low"},
+	} {
+		res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio)
+		if err != nil {
+			return fmt.Errorf("interference %s: %w", c.name, err)
+		}
+		if base.ComputeRate == 0 {
+			base = res
+		}
+		if c.trainer && base.ComputeRate > 0 {
+			res.ComputeVsBaseline, res.WriteVsBaseline = res.ComputeRate/base.ComputeRate, res.WriteMiBps/base.WriteMiBps
+		}
+		log.Printf("interference: %-36s compute %.3fx  write %.3fx  upload %6.1f MiB/s  time-to-durable %5.1f s",
+			c.name, res.ComputeVsBaseline, res.WriteVsBaseline, res.UploadMiBps, res.TimeToDurableS)
+		b.rep.Interference = append(b.rep.Interference, res)
+	}
+	return nil
+}
+
+// interfRun runs one case on trainerCPUs.
+func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, prio string) (interfCase, error) {
+	res := interfCase{Name: name}
+	root := filepath.Join(b.work, "interference")
+	defer os.RemoveAll(root)
+	prefix := fmt.Sprintf("interf-%d", len(b.rep.Interference))
+	defer b.srv.removePrefix(prefix) //nolint:errcheck // scratch
+	var agent *exec.Cmd
+	var start time.Time
+	if prio != "" {
+		watch := filepath.Join(root, "agent", "ckpt")
+		train := exec.CommandContext(ctx, b.cfg.trainsim, "--dir", watch, "--ranks", fmt.Sprint(interfRanks),
+			"--steps", fmt.Sprint(interfStep), "--size", fmtSize(interfRankSize), "--pause", "0s")
+		if out, err := train.CombinedOutput(); err != nil {
+			return res, fmt.Errorf("ferry-trainsim: %v: %s", err, out)
+		}
+		settle()
+		var err error
+		start = time.Now()
+		if agent, err = b.startAgentWith(ctx, filepath.Join(root, "agent"), prefix, interfRanks, cpus, "--priority", prio, "--settle", "1s"); err != nil {
+			return res, err
+		}
+		defer stopAgent(agent)
+	}
+	if trainer {
+		t, err := b.runTrainer(ctx, filepath.Join(root, "trainer"), cpus)
+		if err != nil {
+			return res, err
+		}
+		res.ComputeRate, res.WriteMiBps = t.ComputePerS, t.WriteMiBps
+	}
+	if agent != nil {
+		ttd, err := b.waitManifest(ctx, prefix, interfStep, start)
+		if err != nil {
+			return res, err
+		}
+		res.TimeToDurableS = ttd.Seconds()
+		res.UploadMiBps = float64(interfRanks*interfRankSize) / (1 << 20) / ttd.Seconds()
+	}
+	return res, nil
+}
+
+// waitManifest waits for the manifest of step under prefix on the server
+// and returns the time since start.
+func (b *bench) waitManifest(ctx context.Context, prefix string, step int64, start time.Time) (time.Duration, error) {
+	path := filepath.Join(b.srv.dir, bucket, filepath.FromSlash(manifest.ManifestKey(prefix, step)))
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		if _, err := os.Stat(path); err == nil {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("no manifest for step %d after %s", step, time.Since(start).Round(time.Second))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// trainerResult is what the trainer simulator prints.
+type trainerResult struct {
+	ComputePerS float64 `json:"compute_per_s"`
+	WriteMiBps  float64 `json:"write_mibps"`
+}
+
+// runTrainer runs this binary's trainer simulator (-trainer-sim) pinned to
+// cpus for interfWindow.
+func (b *bench) runTrainer(ctx context.Context, dir, cpus string) (trainerResult, error) {
+	var res trainerResult
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, "taskset", "-c", cpus, self, "-trainer-sim", "-trainer-dir", dir,
+		"-trainer-window", interfWindow.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.Output()
+	if err != nil {
+		return res, fmt.Errorf("trainer simulator: %w", err)
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return res, fmt.Errorf("trainer simulator printed %q: %w", out, err)
+	}
+	return res, nil
+}
+
+// pin restricts every thread of process pid to cpus (taskset -a).
+func pin(pid int, cpus string) error {
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, fmt.Sprint(pid)).CombinedOutput(); err != nil {
+		return fmt.Errorf("taskset: %v: %s", err, out)
+	}
+	return nil
+}

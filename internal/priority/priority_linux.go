@@ -1,0 +1,143 @@
+package priority
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ioprio_set(2) and ioprio_get(2) encoding.
+const (
+	ioprioWhoProcess = 1 // IOPRIO_WHO_PROCESS: a thread ID
+	ioprioClassShift = 13
+	ioprioLevelMask  = 1<<ioprioClassShift - 1
+	lowestLevel      = 7
+)
+
+// Lower sets SCHED_IDLE (or nice 19 where that is refused) and best-effort
+// I/O level 7 on every thread of the process.
+func Lower() (Applied, error) {
+	tids, err := threads("self")
+	if err != nil {
+		return Applied{}, err
+	}
+	a := Applied{CPU: "SCHED_IDLE", IOClass: ClassBestEffort, IOLevel: lowestLevel}
+	for _, tid := range tids {
+		cpu, err := lowerCPU(tid)
+		if errors.Is(err, unix.ESRCH) {
+			continue // the thread exited meanwhile
+		}
+		if err != nil {
+			return a, fmt.Errorf("lower the CPU priority of thread %d: %w", tid, err)
+		}
+		if cpu != "SCHED_IDLE" {
+			a.CPU = cpu
+		}
+		if err := setIOPrio(tid, ClassBestEffort, lowestLevel); err != nil && !errors.Is(err, unix.ESRCH) {
+			return a, fmt.Errorf("lower the I/O priority of thread %d: %w", tid, err)
+		}
+		a.Threads++
+	}
+	return a, nil
+}
+
+// lowerCPU moves thread tid to SCHED_IDLE, or to nice 19 if the kernel
+// refuses (a seccomp filter, a kernel without it).
+func lowerCPU(tid int) (string, error) {
+	err := unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0)
+	if err == nil {
+		return "SCHED_IDLE", nil
+	}
+	if errors.Is(err, unix.ESRCH) {
+		return "", err
+	}
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil {
+		return "", err
+	}
+	return "nice 19", nil
+}
+
+func setIOPrio(tid int, class Class, level int) error {
+	prio := int(class)<<ioprioClassShift | level
+	_, _, errno := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), uintptr(prio))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func getIOPrio(tid int) (Class, int, error) {
+	r, _, errno := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
+	if errno != 0 {
+		return 0, 0, errno
+	}
+	return Class(int(r) >> ioprioClassShift), int(r) & ioprioLevelMask, nil
+}
+
+// threads lists the IDs of the threads of process pid ("self" for this one).
+func threads(pid string) ([]int, error) {
+	ents, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return nil, fmt.Errorf("list threads: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out, nil
+}
+
+// Threads reads back the priority of every thread of process pid (0: this
+// one).
+func Threads(pid int) ([]Thread, error) {
+	p := "self"
+	if pid > 0 {
+		p = strconv.Itoa(pid)
+	}
+	tids, err := threads(p)
+	if err != nil {
+		return nil, err
+	}
+	var out []Thread
+	for _, tid := range tids {
+		t, err := readThread(p, tid)
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// readThread reads policy and nice from /proc/PID/task/TID/stat (fields
+// 41 and 19; the command name, field 2, may hold spaces, so fields are
+// counted after its closing parenthesis) and the I/O priority.
+func readThread(pid string, tid int) (Thread, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%s/task/%d/stat", pid, tid))
+	if err != nil {
+		return Thread{}, err
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3
+	if len(f) < 39 {
+		return Thread{}, fmt.Errorf("thread %d: short stat line", tid)
+	}
+	t := Thread{TID: tid}
+	if t.Nice, err = strconv.Atoi(f[19-3]); err != nil {
+		return Thread{}, fmt.Errorf("thread %d: nice: %w", tid, err)
+	}
+	if t.Policy, err = strconv.Atoi(f[41-3]); err != nil {
+		return Thread{}, fmt.Errorf("thread %d: policy: %w", tid, err)
+	}
+	t.IOClass, t.IOLevel, err = getIOPrio(tid)
+	return t, err
+}
