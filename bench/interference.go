@@ -45,7 +45,7 @@ type interfCase struct {
 
 // interferencePhase runs the cases: trainer alone (the baseline), trainer
 // with the agent at its defaults, with --priority normal, and the agent
-// alone.
+// alone at both priorities (low priority must not slow an idle node).
 func (b *bench) interferencePhase(ctx context.Context) error {
 	n := runtime.NumCPU()
 	if n < 2 {
@@ -68,6 +68,7 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		{"trainer + agent at defaults", true, "low"},
 		{"trainer + agent, --priority normal", true, "normal"},
 		{"agent alone (trainer idle)", false, "low"},
+		{"agent alone, --priority normal", false, "normal"},
 	} {
 		res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio)
 		if err != nil {
@@ -79,8 +80,9 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		if c.trainer && base.ComputeRate > 0 {
 			res.ComputeVsBaseline, res.WriteVsBaseline = res.ComputeRate/base.ComputeRate, res.WriteMiBps/base.WriteMiBps
 		}
-		log.Printf("interference: %-36s compute %.3fx  write %.3fx  upload %6.1f MiB/s  time-to-durable %5.1f s",
-			c.name, res.ComputeVsBaseline, res.WriteVsBaseline, res.UploadMiBps, res.TimeToDurableS)
+		log.Printf("interference: %-36s compute %s  write %s  upload %s MiB/s  time-to-durable %s s",
+			c.name, relOrDash(res.ComputeVsBaseline, res.ComputeRate), relOrDash(res.WriteVsBaseline, res.WriteMiBps),
+			numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS))
 		b.rep.Interference = append(b.rep.Interference, res)
 	}
 	return nil
