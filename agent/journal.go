@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -98,17 +99,7 @@ func (j *journal) findContent(root string, files []localFile) (int64, bool) {
 	return 0, false
 }
 
-func sameLocalFiles(a, b []localFile) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func sameLocalFiles(a, b []localFile) bool { return slices.Equal(a, b) }
 
 // add records a committed step and saves the journal.
 func (j *journal) add(e committedEntry) error {

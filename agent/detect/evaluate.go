@@ -3,6 +3,7 @@ package detect
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"time"
 
@@ -34,17 +35,7 @@ func fingerprintOf(t *Tree, c *Candidate) fingerprint {
 	return fp
 }
 
-func (a fingerprint) equal(b fingerprint) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func (a fingerprint) equal(b fingerprint) bool { return slices.Equal(a, b) }
 
 func (a fingerprint) touched(paths map[string]struct{}) bool {
 	if len(paths) == 0 {

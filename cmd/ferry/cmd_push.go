@@ -130,14 +130,10 @@ type pushSummary struct {
 func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error {
 	sum, res, err := push(ctx, o, stderr)
 	if o.json {
-		// A result object even on failure, so scripts parse one shape.
 		if err != nil {
 			sum.Error = oneLine(err.Error())
 		}
-		if perr := printJSON(stdout, sum); err == nil {
-			return perr
-		}
-		return err
+		return printResultJSON(stdout, sum, err)
 	}
 	if err != nil {
 		return err

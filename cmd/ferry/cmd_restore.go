@@ -110,14 +110,10 @@ type restoreSummary struct {
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
 	sum, err := restoreStep(ctx, &o, stderr)
 	if o.json {
-		// A result object even on failure, so scripts parse one shape.
 		if err != nil {
 			sum.Error = oneLine(err.Error())
 		}
-		if perr := printJSON(stdout, sum); err == nil {
-			return perr
-		}
-		return err
+		return printResultJSON(stdout, sum, err)
 	}
 	if err != nil {
 		return err

@@ -197,3 +197,13 @@ func missingStep(ctx context.Context, st store.Store, loc manifest.Location, ste
 	}
 	return fmt.Errorf("step %d: %w at %s; committed steps, newest first: %s%s", step, manifest.ErrNoCheckpoint, loc, strings.Join(list, ", "), more)
 }
+
+// printResultJSON prints a command's --json result even when it failed
+// (the result carries the error), so scripts parse one shape, and returns
+// the command's error, or the print's when there is none.
+func printResultJSON(stdout io.Writer, v any, err error) error {
+	if perr := printJSON(stdout, v); err == nil {
+		return perr
+	}
+	return err
+}
