@@ -43,6 +43,36 @@ type interfCase struct {
 	TimeToDurableS float64 `json:"time_to_durable_s,omitempty"`
 }
 
+// interfCases are the arrangements measured, the baseline first.
+var interfCases = [...]struct {
+	name      string
+	trainer   bool
+	agentPrio string
+}{
+	{"trainer alone (baseline)", true, ""},
+	{"trainer + agent at defaults", true, "low"},
+	{"trainer + agent, --priority normal", true, "normal"},
+	{"agent alone (trainer idle)", false, "low"},
+	{"agent alone, --priority normal", false, "normal"},
+}
+
+// medianCase is the median of each measure over runs of one case.
+func medianCase(runs []interfCase) interfCase {
+	pick := func(f func(interfCase) float64) float64 {
+		var v []float64
+		for _, r := range runs {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	return interfCase{Name: runs[0].Name,
+		ComputeRate:    pick(func(c interfCase) float64 { return c.ComputeRate }),
+		WriteMiBps:     pick(func(c interfCase) float64 { return c.WriteMiBps }),
+		UploadMiBps:    pick(func(c interfCase) float64 { return c.UploadMiBps }),
+		TimeToDurableS: pick(func(c interfCase) float64 { return c.TimeToDurableS }),
+	}
+}
+
 // interferencePhase runs the cases: trainer alone (the baseline), trainer
 // with the agent at its defaults, with --priority normal, and the agent
 // alone at both priorities (low priority must not slow an idle node).
@@ -58,42 +88,37 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		return nil
 	}
 	defer pin(b.srv.pid(), fmt.Sprintf("0-%d", n-1)) //nolint:errcheck // best effort
-	var base interfCase
-	for _, c := range []struct {
-		name      string
-		trainer   bool
-		agentPrio string
-	}{
-		{"trainer alone (baseline)", true, ""},
-		{"trainer + agent at defaults", true, "low"},
-		{"trainer + agent, --priority normal", true, "normal"},
-		{"agent alone (trainer idle)", false, "low"},
-		{"agent alone, --priority normal", false, "normal"},
-	} {
-		res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio)
-		if err != nil {
-			return fmt.Errorf("interference %s: %w", c.name, err)
+	// Rounds of every case in turn; each case's median (of its rates and
+	// times) is reported, and ratios to the baseline's median.
+	var runs [len(interfCases)][]interfCase
+	for r := 0; r < max(b.cfg.rounds, 1); r++ {
+		for i, c := range interfCases {
+			res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio, i)
+			if err != nil {
+				return fmt.Errorf("interference %s: %w", c.name, err)
+			}
+			log.Printf("interference: round %d %-36s compute %s/s  write %s MiB/s  upload %s MiB/s  time-to-durable %s s", r+1,
+				c.name, numOrDash(res.ComputeRate), numOrDash(res.WriteMiBps), numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS))
+			runs[i] = append(runs[i], res)
 		}
-		if base.ComputeRate == 0 {
-			base = res
-		}
+	}
+	base := medianCase(runs[0])
+	for i, c := range interfCases {
+		res := medianCase(runs[i])
 		if c.trainer && base.ComputeRate > 0 {
 			res.ComputeVsBaseline, res.WriteVsBaseline = res.ComputeRate/base.ComputeRate, res.WriteMiBps/base.WriteMiBps
 		}
-		log.Printf("interference: %-36s compute %s  write %s  upload %s MiB/s  time-to-durable %s s",
-			c.name, relOrDash(res.ComputeVsBaseline, res.ComputeRate), relOrDash(res.WriteVsBaseline, res.WriteMiBps),
-			numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS))
 		b.rep.Interference = append(b.rep.Interference, res)
 	}
 	return nil
 }
 
 // interfRun runs one case on trainerCPUs.
-func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, prio string) (interfCase, error) {
+func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, prio string, id int) (interfCase, error) {
 	res := interfCase{Name: name}
 	root := filepath.Join(b.work, "interference")
 	defer os.RemoveAll(root)
-	prefix := fmt.Sprintf("interf-%d", len(b.rep.Interference))
+	prefix := fmt.Sprintf("interf-%d", id)
 	defer b.srv.removePrefix(prefix) //nolint:errcheck // scratch
 	var agent *exec.Cmd
 	var start time.Time
