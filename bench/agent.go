@@ -131,6 +131,9 @@ func (b *bench) startAgentWith(ctx context.Context, dir, prefix string, ranks in
 		}
 	}
 	env := append(append([]string(nil), b.ts.env...), "S3_ENDPOINT_URL="+b.srv.endpoint)
+	if b.srv.caFile != "" {
+		env = append(env, "AWS_CA_BUNDLE="+b.srv.caFile) // the last one wins
+	}
 	argv := append([]string{b.cfg.ferry, "agent", "--quiet", "--watch", watch,
 		"--to", "s3://" + bucket + "/" + prefix, "--state-dir", state, "--metrics-addr", "off",
 		"--expected-ranks", fmt.Sprint(ranks)}, extra...)

@@ -83,11 +83,27 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		return nil
 	}
 	trainerCPUs := fmt.Sprintf("0-%d", n-2)
-	if err := pin(b.srv.pid(), fmt.Sprint(n-1)); err != nil {
+	// A server of its own, storing in memory (/dev/shm) and pinned to the
+	// last core: a remote store's CPU and disk writes are not the node's,
+	// and the trainer's checkpoint write must compete only with the agent.
+	shm, err := os.MkdirTemp("/dev/shm", "ferry-bench-interference-")
+	if err != nil {
+		b.rep.note("interference: not measured: no tmpfs for the server (%v)", err)
+		return nil
+	}
+	defer os.RemoveAll(shm)
+	srv, err := startServer(b.cfg.versitygw, filepath.Join(shm, "s3"), b.cfg.tls)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	saved := b.srv
+	b.srv = srv
+	defer func() { b.srv = saved }()
+	if err := pin(srv.pid(), fmt.Sprint(n-1)); err != nil {
 		b.rep.note("interference: not measured: cannot pin the server (%v)", err)
 		return nil
 	}
-	defer pin(b.srv.pid(), fmt.Sprintf("0-%d", n-1)) //nolint:errcheck // best effort
 	// Rounds of every case in turn; each case's median (of its rates and
 	// times) is reported, and ratios to the baseline's median.
 	var runs [len(interfCases)][]interfCase
