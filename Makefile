@@ -131,3 +131,55 @@ define bench_pprof
 	  $(GO) tool pprof -top -cum -nodecount 60 -ignore '$(2)' bench-results/$(1).cpu.prof | sed -n '/flat%/,$$p'; \
 	} > bench-results/$(1).cpu.txt 2>/dev/null
 endef
+
+## release: static ferry binaries for linux/amd64 and linux/arm64 (CGO off,
+## -trimpath, version and commit stamped) in dist/ (git-ignored), with
+## SHA256SUMS; verify with: cd dist && sha256sum -c SHA256SUMS
+DIST              := $(CURDIR)/dist
+COMMIT            ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_LDFLAGS    = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: release image test-slurm
+release:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		echo "CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags \"$(RELEASE_LDFLAGS)\" -o $(DIST)/ferry-$$os-$$arch ./cmd/ferry"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/ferry-$$os-$$arch ./cmd/ferry; \
+		$(GO) version -m $(DIST)/ferry-$$os-$$arch | grep -q 'CGO_ENABLED=0' || { echo "ferry-$$os-$$arch: not built with CGO_ENABLED=0"; exit 1; }; \
+	done
+	cd $(DIST) && sha256sum ferry-* > SHA256SUMS && sha256sum -c SHA256SUMS
+	@# The binary of this machine's platform, if built, says what it is.
+	@host=$(DIST)/ferry-$$($(GO) env GOOS)-$$($(GO) env GOARCH); if [ -x $$host ]; then \
+		out=$$($$host version) && echo "$$out" && \
+		case "$$out" in "ferry $(VERSION) commit $(COMMIT) "*) ;; *) echo "$$host: version not stamped"; exit 1;; esac; fi
+
+## image: the container image (Dockerfile) around the release binary of this
+## machine's architecture and this machine's CA bundle, with no base image to
+## pull; with buildah, podman or docker, whichever is installed first
+## (IMAGE_BUILDER=podman to choose; Debian: apt-get install -y buildah).
+## Also saved as an OCI archive in dist/ for `podman load` or `kind load`.
+IMAGE         ?= ferry:$(VERSION)
+IMAGE_ARCH    ?= $(shell $(GO) env GOARCH)
+IMAGE_BUILDER ?= $(firstword $(foreach b,buildah podman docker,$(shell command -v $(b) 2>/dev/null)))
+IMAGE_CA      ?= /etc/ssl/certs/ca-certificates.crt
+image: release
+	@[ -n "$(IMAGE_BUILDER)" ] || { echo "make image needs buildah, podman or docker (Debian: apt-get install -y buildah)"; exit 1; }
+	@[ -s $(IMAGE_CA) ] || { echo "make image needs a CA bundle at $(IMAGE_CA) (Debian: apt-get install -y ca-certificates)"; exit 1; }
+	rm -rf $(DIST)/image && mkdir -p $(DIST)/image
+	cp $(DIST)/ferry-linux-$(IMAGE_ARCH) $(IMAGE_CA) $(DIST)/image/
+	$(IMAGE_BUILDER) build --target prebuilt-image --build-arg TARGETOS=linux --build-arg TARGETARCH=$(IMAGE_ARCH) \
+		--build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -f $(CURDIR)/Dockerfile -t $(IMAGE) $(DIST)/image
+	@case "$(notdir $(IMAGE_BUILDER))" in \
+		buildah) set -x; buildah push $(IMAGE) oci-archive:$(DIST)/ferry-image-linux-$(IMAGE_ARCH).tar:$(IMAGE) ;; \
+		podman) set -x; podman save --format oci-archive -o $(DIST)/ferry-image-linux-$(IMAGE_ARCH).tar $(IMAGE) ;; \
+		*) set -x; $(IMAGE_BUILDER) save -o $(DIST)/ferry-image-linux-$(IMAGE_ARCH).tar $(IMAGE) ;; \
+	esac
+	@echo "image $(IMAGE) built; archive: $(DIST)/ferry-image-linux-$(IMAGE_ARCH).tar"
+
+## test-slurm: deploy/slurm's batch script on a real one-host SLURM cluster
+## (installs Debian's slurm-wlm and munge when missing, as root): preempted,
+## requeued, restored, resumed, finished (scripts/test-slurm.sh)
+test-slurm: build tools
+	FERRY=$(BIN)/ferry TRAINSIM=$(BIN)/ferry-trainsim VERSITYGW=$(VERSITYGW) timeout 900 ./scripts/test-slurm.sh

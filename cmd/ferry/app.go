@@ -70,6 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newFlushCommand(),
 			newPruneCommand(),
 			newAgentCommand(),
+			newVersionCommand(),
 		},
 	}
 	known := map[string]*cli.Command{}
