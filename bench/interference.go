@@ -108,7 +108,11 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 	// times) is reported, and ratios to the baseline's median.
 	var runs [len(interfCases)][]interfCase
 	for r := 0; r < max(b.cfg.rounds, 1); r++ {
-		for i, c := range interfCases {
+		// The order rotates each round, so no case always runs first
+		// (on a cold machine) or after the same one.
+		for k := range interfCases {
+			i := (k + r) % len(interfCases)
+			c := interfCases[i]
 			res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio, i)
 			if err != nil {
 				return fmt.Errorf("interference %s: %w", c.name, err)
