@@ -140,18 +140,21 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 	defer os.RemoveAll(root)
 	prefix := fmt.Sprintf("interf-%d", id)
 	defer b.srv.removePrefix(prefix) //nolint:errcheck // scratch
+	// Every case, the baseline too, starts from the same disk state: the
+	// previous step just written and synced. (Without it the baseline's
+	// fsynced checkpoint write met a different writeback state and the
+	// cases were not comparable.)
+	watch := filepath.Join(root, "agent", "ckpt")
+	train := exec.CommandContext(ctx, b.cfg.trainsim, "--dir", watch, "--ranks", fmt.Sprint(interfRanks),
+		"--steps", fmt.Sprint(interfStep), "--size", fmtSize(interfRankSize), "--pause", "0s")
+	if out, err := train.CombinedOutput(); err != nil {
+		return res, fmt.Errorf("ferry-trainsim: %v: %s", err, out)
+	}
+	settle()
 	var agent *exec.Cmd
-	var start time.Time
+	start := time.Now()
 	if prio != "" {
-		watch := filepath.Join(root, "agent", "ckpt")
-		train := exec.CommandContext(ctx, b.cfg.trainsim, "--dir", watch, "--ranks", fmt.Sprint(interfRanks),
-			"--steps", fmt.Sprint(interfStep), "--size", fmtSize(interfRankSize), "--pause", "0s")
-		if out, err := train.CombinedOutput(); err != nil {
-			return res, fmt.Errorf("ferry-trainsim: %v: %s", err, out)
-		}
-		settle()
 		var err error
-		start = time.Now()
 		if agent, err = b.startAgentWith(ctx, filepath.Join(root, "agent"), prefix, interfRanks, cpus, "--priority", prio, "--settle", "1s"); err != nil {
 			return res, err
 		}
