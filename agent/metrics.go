@@ -220,18 +220,6 @@ func MetricsHandler(g prometheus.Gatherer, health func() error, log *zap.Logger)
 	return mux
 }
 
-// ServeMetrics serves MetricsHandler over HTTP on addr (DefaultMetricsAddr
-// if empty) until ctx is cancelled, then returns nil after shutting down.
-// It serves whatever address it is given; keeping it on loopback by
-// default is the CLI's job.
-func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, health func() error, log *zap.Logger) error {
-	m, err := ListenMetrics(addr, g, health, log)
-	if err != nil {
-		return err
-	}
-	return m.Serve(ctx)
-}
-
 // MetricsServer is a metrics endpoint that is bound but not yet serving,
 // so that the caller learns the address (a free port when it asked for
 // port 0) before the agent starts.
@@ -242,6 +230,8 @@ type MetricsServer struct {
 }
 
 // ListenMetrics binds addr (DefaultMetricsAddr if empty) for MetricsHandler.
+// It binds whatever address it is given; keeping it on loopback by default
+// is the CLI's job.
 func ListenMetrics(addr string, g prometheus.Gatherer, health func() error, log *zap.Logger) (*MetricsServer, error) {
 	if log == nil {
 		log = zap.NewNop()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -132,50 +131,38 @@ func TestHealthz(t *testing.T) {
 }
 
 func TestServeMetrics(t *testing.T) {
-	// Find a free port, then let ServeMetrics bind it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg).AddBytes(7)
+	m, err := ListenMetrics("127.0.0.1:0", reg, nil, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	reg := prometheus.NewRegistry()
-	NewMetrics(reg).AddBytes(7)
+	addr := m.Addr()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeMetrics(ctx, addr, reg, nil, zaptest.NewLogger(t)) }()
+	go func() { done <- m.Serve(ctx) }()
 
-	var body string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics never answered on %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics on %s: %v", addr, err)
 	}
-	if !strings.Contains(body, "\nferry_upload_bytes_total 7\n") {
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if body := string(b); !strings.Contains(body, "\nferry_upload_bytes_total 7\n") {
 		t.Fatalf("served metrics lack the counter:\n%s", body)
 	}
 
 	// A second server on the same address fails at once, naming the cause.
-	err = ServeMetrics(context.Background(), addr, reg, nil, nil)
+	_, err = ListenMetrics(addr, reg, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
-		t.Fatalf("second ServeMetrics on %s: %v, want address already in use", addr, err)
+		t.Fatalf("second ListenMetrics on %s: %v, want address already in use", addr, err)
 	}
 
 	cancel()
 	if err := <-done; err != nil {
-		t.Fatalf("ServeMetrics after cancel = %v, want nil", err)
+		t.Fatalf("Serve after cancel = %v, want nil", err)
 	}
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
-		t.Fatal("metrics still served after ServeMetrics returned")
+		t.Fatal("metrics still served after Serve returned")
 	}
 }

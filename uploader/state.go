@@ -109,11 +109,8 @@ func (s *State) Remove(key string) error {
 // Finish records that key was written whole, replacing its upload entry,
 // and saves the state.
 func (s *State) Finish(key string, d DoneObject) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.data.Uploads, key)
-	s.data.Done[key] = d
-	return s.saveLocked()
+	s.Note(key, d)
+	return s.Save()
 }
 
 // Note records that key was written whole without saving: the record goes

@@ -130,10 +130,7 @@ type pushSummary struct {
 func runPush(ctx context.Context, o pushOptions, stdout, stderr io.Writer) error {
 	sum, res, err := push(ctx, o, stderr)
 	if o.json {
-		if err != nil {
-			sum.Error = oneLine(err.Error())
-		}
-		return printResultJSON(stdout, sum, err)
+		return printResultJSON(stdout, &sum, err)
 	}
 	if err != nil {
 		return err

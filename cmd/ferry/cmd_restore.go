@@ -110,10 +110,7 @@ type restoreSummary struct {
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
 	sum, err := restoreStep(ctx, &o, stderr)
 	if o.json {
-		if err != nil {
-			sum.Error = oneLine(err.Error())
-		}
-		return printResultJSON(stdout, sum, err)
+		return printResultJSON(stdout, &sum, err)
 	}
 	if err != nil {
 		return err

@@ -116,12 +116,7 @@ func orValue(s, none string) string {
 	return s
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+func orDash(s string) string { return orValue(s, "-") }
 
 // truncate keeps a table row on one screen line; --json has the full text.
 func truncate(s string, n int) string {

@@ -198,10 +198,20 @@ func missingStep(ctx context.Context, st store.Store, loc manifest.Location, ste
 	return fmt.Errorf("step %d: %w at %s; committed steps, newest first: %s%s", step, manifest.ErrNoCheckpoint, loc, strings.Join(list, ", "), more)
 }
 
+// jsonResult is a command's --json result, which carries the command's
+// error when it failed.
+type jsonResult interface{ setError(msg string) }
+
+func (s *pushSummary) setError(msg string)    { s.Error = msg }
+func (s *restoreSummary) setError(msg string) { s.Error = msg }
+
 // printResultJSON prints a command's --json result even when it failed
-// (the result carries the error), so scripts parse one shape, and returns
-// the command's error, or the print's when there is none.
-func printResultJSON(stdout io.Writer, v any, err error) error {
+// (with the error in it), so scripts parse one shape, and returns the
+// command's error, or the print's when there is none.
+func printResultJSON(stdout io.Writer, v jsonResult, err error) error {
+	if err != nil {
+		v.setError(oneLine(err.Error()))
+	}
 	if perr := printJSON(stdout, v); err == nil {
 		return perr
 	}
