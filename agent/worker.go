@@ -310,6 +310,8 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		// This node's files and part are durable: its work on the step is
 		// done; the last node to finish commits the step.
 		verb = "node's share of the step is durable; the step commits when every node's is"
+	case res.ByPeer:
+		verb = "committed step (another node wrote the manifest)"
 	case !res.Committed:
 		verb = "step was already committed with identical content"
 	}

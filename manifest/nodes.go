@@ -20,18 +20,26 @@ import (
 //     P/parts/<step>/[run-<run>/]of-<N>/node-<K>.json with a create-only PUT
 //     (an identical part already there counts as written).
 //  2. It lists P/parts/<step>/[run-<run>/]of-<N>/ (one page per 1,000
-//     nodes). Fewer than N parts: it is done, a later node commits.
-//  3. All N present: it reads them, merges them deterministically (files
-//     sorted by path, created = the latest part's) and writes the manifest
-//     with a create-only PUT; a 412 with identical content is success.
+//     nodes), stopping at the first missing node. A part missing: it is
+//     done, a later node commits.
+//  3. All N present: it claims the merge with a create-only PUT of the
+//     set's claim.json (see claim.go). The one node that wins reads the N
+//     parts, merges them deterministically (files sorted by path, created =
+//     the latest part's) and writes the manifest with a create-only PUT (a
+//     412 with identical content is success), then the set's done.json. The
+//     others wait for done.json, and merge themselves if the claim's lease
+//     runs out: a dead claimant never blocks the step.
 //
 // With read-after-write and list-after-write consistency (R2, S3), the node
 // whose part PUT completes last lists after every other PUT has completed,
-// so it sees all N parts: at least one node commits. Create-only PUTs make
-// exactly one manifest, and since it is a function of the N parts alone, any
-// node writes the same bytes. A node that stops between steps 1 and 3
-// leaves the step uncommitted until it runs again: its part PUT then finds
-// its identical part, and it lists and commits.
+// so it sees all N parts: at least one node claims, and a claimant that
+// dies is replaced when its lease ends. Create-only PUTs make exactly one
+// manifest, and since it is a function of the N parts alone, any node
+// writes the same bytes. The common case reads each part once: N GETs for
+// the step, not one merge per node that saw the set complete. A node that
+// stops between steps 1 and 3 leaves the step uncommitted until another
+// node's lease ends or it runs again: its part PUT then finds its identical
+// part, and it lists and merges without claiming.
 //
 // The run separates incarnations of a job: a job restarted from step 1000
 // re-saves step 1100, usually with other bytes, and must not complete a set
@@ -41,8 +49,9 @@ import (
 // earlier part fails with ErrPartConflict, but a node that had not written
 // one could complete the old set.
 
-// partReaders bounds the part manifests read at once.
-const partReaders = 16
+// partReaders bounds the part manifests read at once by the merging node:
+// 4,096 parts at 30 ms a GET take 64 round trips, about 2 s.
+const partReaders = 64
 
 // NodeCommit reports what CommitNodePart did.
 type NodeCommit struct {
@@ -52,14 +61,34 @@ type NodeCommit struct {
 	// PartWritten is false when an identical part was already stored: the
 	// objects the caller uploaded for this attempt are then not referenced.
 	PartWritten bool
-	// Present is how many of the step's N parts the listing found.
+	Completion
+}
+
+// Completion reports what CompleteStep found and did.
+type Completion struct {
+	// Present is how many parts the listing found before it stopped: it
+	// stops at the first missing node, so with parts missing it counts
+	// only those of the nodes below FirstMissing.
 	Present int
-	// Manifest is the step's committed manifest once all parts are present
-	// (written by this call or found), nil while parts are missing.
+	// FirstMissing is the lowest node rank whose part is absent; -1 when
+	// every part is present.
+	FirstMissing int
+	// Manifest is the step's committed manifest when this call wrote or
+	// read it; nil while parts are missing, and when a peer committed.
 	Manifest *Manifest
 	// Committed is true when this call wrote the manifest.
 	Committed bool
+	// ByPeer is true when another node merged this set and committed the
+	// step (its commit marker is present): the manifest holds every part of
+	// the set, this node's included. Manifest is then nil: reading it would
+	// cost every node a GET of a manifest of up to 64 MiB.
+	ByPeer bool
+	// Merged is true when this call read every part and merged them.
+	Merged bool
 }
+
+// Done reports whether the step is committed with the set's parts.
+func (c Completion) Done() bool { return c.Manifest != nil || c.ByPeer }
 
 // CommitNodePart writes a node's part manifest and commits the step if every
 // node's part is then present. See the protocol above. A part already
@@ -71,7 +100,10 @@ func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part)
 		return NodeCommit{Part: stored}, err
 	}
 	res := NodeCommit{Part: stored, PartWritten: written}
-	res.Manifest, res.Committed, res.Present, err = CompleteStep(ctx, st, prefix, p.Set())
+	// A node that finds its part already written is re-running the step
+	// after a stop: whoever claimed the merge may be gone, so it merges
+	// without waiting for a claim.
+	res.Completion, err = completeStep(ctx, st, prefix, p.Set(), p.NodeRank, !written)
 	if err == nil && res.Manifest != nil && !Contains(res.Manifest, p.asManifest()) {
 		return res, fmt.Errorf("commit step %d: %w: it lacks or differs in files of node %d (compare with `ferry show --step %d`)",
 			p.Step, ErrConflict, p.NodeRank, p.Step)
@@ -80,57 +112,103 @@ func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part)
 }
 
 // CompleteStep commits a step from the part manifests of a set if all N
-// are present. It returns the committed manifest (nil while parts are
-// missing), whether this call wrote it, and how many parts it found.
-func CompleteStep(ctx context.Context, st store.Store, prefix string, set PartSet) (m *Manifest, committed bool, present int, err error) {
-	step, nodes := set.Step, set.Nodes
-	if nodes < 1 || nodes > MaxNodes {
-		return nil, false, 0, fmt.Errorf("commit step %d: %d nodes outside 1..%d", step, nodes, MaxNodes)
+// are present, merging at once without claiming the merge: what a node
+// does when it re-runs a step whose part it wrote before (its own earlier
+// run may have claimed the merge and died). nodeRank is the caller's.
+func CompleteStep(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (Completion, error) {
+	return completeStep(ctx, st, prefix, set, nodeRank, true)
+}
+
+// completeStep lists the set's parts and, with all N present, claims the
+// merge (or, recovering, merges at once); a node that loses the claim waits
+// for the claimant's marker and merges itself if the claim's lease runs out.
+func completeStep(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int, recovering bool) (Completion, error) {
+	if set.Nodes < 1 || set.Nodes > MaxNodes {
+		return Completion{}, fmt.Errorf("commit step %d: %d nodes outside 1..%d", set.Step, set.Nodes, MaxNodes)
 	}
 	if err := CheckRun(set.Run); err != nil {
-		return nil, false, 0, fmt.Errorf("commit step %d: %w", step, err)
+		return Completion{}, fmt.Errorf("commit step %d: %w", set.Step, err)
 	}
-	ranks, err := listParts(ctx, st, prefix, set)
+	listStart := time.Now()
+	present, missing, err := listParts(ctx, st, prefix, set)
+	if err != nil || missing >= 0 {
+		return Completion{Present: present, FirstMissing: missing}, err
+	}
+	c := Completion{Present: present, FirstMissing: -1}
+	if recovering {
+		return mergeStep(ctx, st, prefix, set, nodeRank, c, true)
+	}
+	won, err := claimMerge(ctx, st, prefix, set, nodeRank)
 	if err != nil {
-		return nil, false, 0, err
+		return c, err
 	}
-	if len(ranks) < nodes {
-		return nil, false, len(ranks), nil
+	if won {
+		return mergeStep(ctx, st, prefix, set, nodeRank, c, false)
 	}
-	// Another node may have committed already (it saw the set first): one
-	// HEAD then saves reading N parts.
-	if _, err := st.Head(ctx, ManifestKey(prefix, step)); err == nil {
-		m, err := Get(ctx, st, prefix, step)
-		return m, false, nodes, err
-	} else if !errors.Is(err, store.ErrNotExist) {
-		return nil, false, nodes, fmt.Errorf("commit step %d: check for its manifest: %w", step, err)
+	byPeer, err := awaitPeer(ctx, st, prefix, set, nodeRank, time.Since(listStart))
+	if err != nil || byPeer {
+		c.ByPeer = byPeer
+		return c, err
+	}
+	return mergeStep(ctx, st, prefix, set, nodeRank, c, true)
+}
+
+// mergeStep reads the set's N parts, merges them and commits the manifest;
+// then it writes the set's commit marker for the nodes waiting on it. With
+// check, a manifest already there is read instead (one HEAD first saves N
+// GETs when another node committed).
+func mergeStep(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int, c Completion, check bool) (Completion, error) {
+	step := set.Step
+	if check {
+		if _, err := st.Head(ctx, ManifestKey(prefix, step)); err == nil {
+			c.Manifest, err = Get(ctx, st, prefix, step)
+			return c, err
+		} else if !errors.Is(err, store.ErrNotExist) {
+			return c, fmt.Errorf("commit step %d: check for its manifest: %w", step, err)
+		}
 	}
 	parts, err := readParts(ctx, st, prefix, set)
 	if err != nil {
-		return nil, false, nodes, err
+		return c, err
 	}
+	c.Merged = true
 	merged, err := MergeParts(parts)
 	if err != nil {
-		return nil, false, nodes, err
+		return c, err
 	}
-	m, committed, err = Commit(ctx, st, prefix, merged)
-	return m, committed, nodes, err
+	if c.Manifest, c.Committed, err = Commit(ctx, st, prefix, merged); err != nil {
+		return c, err
+	}
+	// The manifest is the merge of this set, written now or found
+	// identical: tell the waiting nodes. A marker that fails to land only
+	// makes them wait out the lease and find the manifest themselves.
+	_ = putMarker(ctx, st, DoneKey(prefix, set), step, nodeRank, false)
+	return c, nil
 }
 
-// listParts returns the node ranks whose parts of the set are present.
-func listParts(ctx context.Context, st store.Store, prefix string, set PartSet) (map[int]bool, error) {
-	ranks := map[int]bool{}
+// listParts lists the set's parts in node order and stops at the first
+// missing node. It returns how many parts it found and the first missing
+// node rank, -1 when all N are present.
+func listParts(ctx context.Context, st store.Store, prefix string, set PartSet) (present, missing int, err error) {
 	lp := StepPartsPrefix(prefix, set)
-	err := st.List(ctx, lp, "", 0, func(o store.ObjectInfo) error {
-		if s, k, ok := ParsePartKey(prefix, o.Key); ok && s == set {
-			ranks[k] = true
+	err = st.List(ctx, lp, "", 0, func(o store.ObjectInfo) error {
+		s, k, ok := ParsePartKey(prefix, o.Key)
+		if !ok || s != set {
+			return nil // the set's commit markers
 		}
+		if k != present {
+			return store.ErrStopList // keys sort by node rank: a gap
+		}
+		present++
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("commit step %d: list part manifests under %s: %w", set.Step, lp, err)
+		return present, present, fmt.Errorf("commit step %d: list part manifests under %s: %w", set.Step, lp, err)
 	}
-	return ranks, nil
+	if present == set.Nodes {
+		return present, -1, nil
+	}
+	return present, present, nil
 }
 
 // readParts reads the N parts of a set, a few at a time.

@@ -209,7 +209,7 @@ func TestCommitNodePartRaces(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		committed := 0
+		committed, merged := 0, 0
 		for k := range nodes {
 			if errs[k] != nil {
 				t.Fatalf("round %d node %d: %v", round, k, errs[k])
@@ -217,12 +217,15 @@ func TestCommitNodePartRaces(t *testing.T) {
 			if results[k].Committed {
 				committed++
 			}
+			if results[k].Merged {
+				merged++
+			}
 		}
-		if committed != 1 {
-			t.Fatalf("round %d: %d nodes wrote the manifest", round, committed)
+		if committed != 1 || merged != 1 {
+			t.Fatalf("round %d: %d nodes wrote the manifest, %d merged", round, committed, merged)
 		}
-		if n := len(mem.Objects()); n != nodes+1 {
-			t.Fatalf("round %d: %d objects, want %d parts and one manifest", round, n, nodes)
+		if n := len(mem.Objects()); n != nodes+3 {
+			t.Fatalf("round %d: %d objects, want %d parts, one manifest, the claim and the done marker", round, n, nodes)
 		}
 		rc, err := mem.Get(ctx, ManifestKey("run", 100), 0, -1)
 		if err != nil {

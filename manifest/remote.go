@@ -182,15 +182,31 @@ func Latest(ctx context.Context, st store.Store, prefix string) (*Manifest, erro
 	return Get(ctx, st, prefix, step)
 }
 
-// PreviousStep returns the highest committed step below step, or
-// ErrNoCheckpoint. Manifest keys list newest first, so it is one listing
-// request for one key, however long the history.
+// PreviousStep returns the newest committed step before step, with one
+// LIST of one key (manifest keys sort newest first), or ErrNoCheckpoint.
 func PreviousStep(ctx context.Context, st store.Store, prefix string, step int64) (int64, error) {
-	after := ManifestKey(prefix, step)
+	if step <= 0 {
+		return 0, fmt.Errorf("before step %d: %w", step, ErrNoCheckpoint)
+	}
+	found, err := StepAtOrBefore(ctx, st, prefix, step-1)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return 0, fmt.Errorf("before step %d: %w", step, ErrNoCheckpoint)
+	}
+	return found, err
+}
+
+// StepAtOrBefore returns the newest committed step not after step, or
+// ErrNoCheckpoint, with one LIST of one key: a push learns with one request
+// whether its step is committed and, if not, which step to deduplicate
+// against.
+func StepAtOrBefore(ctx context.Context, st store.Store, prefix string, step int64) (int64, error) {
+	// Keys of newer steps sort before this bare inverse number, and the
+	// step's own key right after it.
+	after := ManifestsPrefix(prefix) + fmt.Sprintf("%012d", MaxStep-step)
 	found, stray := int64(-1), false
 	try := func(maxKeys int) error {
 		return st.List(ctx, ManifestsPrefix(prefix), after, maxKeys, func(o store.ObjectInfo) error {
-			if s, ok := StepFromManifestKey(prefix, o.Key); ok && s < step {
+			if s, ok := StepFromManifestKey(prefix, o.Key); ok && s <= step {
 				found = s
 				return store.ErrStopList
 			}
@@ -208,7 +224,7 @@ func PreviousStep(ctx context.Context, st store.Store, prefix string, step int64
 		}
 	}
 	if found < 0 {
-		return 0, fmt.Errorf("before step %d: %w", step, ErrNoCheckpoint)
+		return 0, fmt.Errorf("at or before step %d: %w", step, ErrNoCheckpoint)
 	}
 	return found, nil
 }

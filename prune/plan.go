@@ -160,15 +160,18 @@ func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool) error {
 	st, prefix := pl.opts.Store, pl.opts.Prefix
 	type stepParts struct {
-		keys   []string
-		newest time.Time
+		keys, markers []string
+		newest        time.Time
 	}
 	byStep := map[int64]*stepParts{}
 	var order []int64
 	err := st.List(ctx, manifest.PartsPrefix(prefix), "", 0, func(o store.ObjectInfo) error {
-		set, _, ok := manifest.ParsePartKey(prefix, o.Key)
-		if !ok {
-			return nil
+		set, _, isPart := manifest.ParsePartKey(prefix, o.Key)
+		if !isPart {
+			var isMarker bool
+			if set, isMarker = manifest.ParseMarkerKey(prefix, o.Key); !isMarker {
+				return nil
+			}
 		}
 		step := set.Step
 		sp := byStep[step]
@@ -176,6 +179,12 @@ func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool)
 			sp = &stepParts{}
 			byStep[step] = sp
 			order = append(order, step)
+		}
+		if !isPart {
+			// A commit claim or done marker goes with its step's parts
+			// but is never read as one.
+			sp.markers = append(sp.markers, o.Key)
+			return nil
 		}
 		sp.keys = append(sp.keys, o.Key)
 		if o.LastModified.After(sp.newest) {
@@ -193,10 +202,8 @@ func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool)
 		switch {
 		case isCommitted && kept:
 			// Audit trail of a kept step; its manifest references its objects.
-		case isCommitted:
-			p.Parts = append(p.Parts, sp.keys...)
-		case pl.now.Sub(sp.newest) >= pl.opts.AbandonedAfter:
-			p.Parts = append(p.Parts, sp.keys...)
+		case isCommitted, pl.now.Sub(sp.newest) >= pl.opts.AbandonedAfter:
+			p.Parts = append(append(p.Parts, sp.keys...), sp.markers...)
 		default:
 			pl.liveSteps[step] = true
 			live = append(live, sp.keys...)

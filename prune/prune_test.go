@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,6 +224,11 @@ func TestPruneNodePartsAndUploads(t *testing.T) {
 	if _, err := mem.CreateMultipart(ctx, manifest.DataKey(prefix, 60, "n1", "big.pt")); err != nil {
 		t.Fatal(err)
 	}
+	// A node that claimed the merge and died: the claim goes with the parts.
+	claim := manifest.ClaimKey(prefix, manifest.PartSet{Step: 60, Nodes: 2})
+	if _, err := mem.Put(ctx, claim, bytes.NewReader([]byte(`{"step":60}`)), 11, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now().Add(2 * DefaultMinAge)
 	opts := Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 5}, Now: func() time.Time { return now }}
 	p, err := MakePlan(ctx, opts)
@@ -237,8 +243,13 @@ func TestPruneNodePartsAndUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Parts) != 1 || len(p.Uploads) != 1 || len(p.Objects) != 2 || !slices.Contains(p.Objects, node1obj) {
+	if len(p.Parts) != 2 || !slices.Contains(p.Parts, claim) || len(p.Uploads) != 1 || len(p.Objects) != 2 || !slices.Contains(p.Objects, node1obj) {
 		t.Fatalf("abandoned step: parts %v uploads %v objects %v", p.Parts, p.Uploads, p.Objects)
+	}
+	for _, k := range mem.Objects() {
+		if strings.HasPrefix(k, manifest.PartsPrefix(prefix)) {
+			t.Fatalf("left after prune: %s", k)
+		}
 	}
 	if ups, _ := mem.ListUploads(ctx, ""); len(ups) != 0 {
 		t.Fatalf("uploads left: %v", ups)

@@ -81,10 +81,14 @@ type PushResult struct {
 	// Pending is true when this node's part is durable and the step waits
 	// for other nodes' parts: the last node to finish commits it.
 	Pending bool
+	// ByPeer is true when another node merged the parts and committed the
+	// step, this node's part included; Manifest is then nil.
+	ByPeer bool
 	// Part is this node's part manifest (multi-node pushes only).
 	Part *manifest.Part
-	// PartsPresent is how many of the step's parts the node found.
-	PartsPresent int
+	// PartsPresent is how many of the step's parts the node found before
+	// the first missing one, FirstMissing that node's rank (-1: none).
+	PartsPresent, FirstMissing int
 	Stats        Stats
 }
 
@@ -124,12 +128,12 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	}
 	multi := opts.Nodes > 1
 	st := opts.Upload.Store
-	prev, err := manifest.Get(ctx, st, opts.Prefix, opts.Step)
+	done, prevStep, err := findCommitted(ctx, opts)
 	switch {
-	case err == nil:
-		return pushCommitted(ctx, opts, prev)
-	case !errors.Is(err, manifest.ErrNoCheckpoint):
-		return PushResult{}, fmt.Errorf("push step %d: check for a committed manifest: %w", opts.Step, err)
+	case err != nil:
+		return PushResult{}, err
+	case done != nil:
+		return pushCommitted(ctx, opts, done)
 	}
 	if multi {
 		part, err := manifest.GetPart(ctx, st, opts.Prefix, partSet(opts), opts.NodeRank)
@@ -156,8 +160,8 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 		attempt = state.Attempt()
 	}
 	var reuse map[string]manifest.File
-	if !opts.NoDedup {
-		if reuse, err = previousFiles(ctx, opts); err != nil {
+	if prevStep >= 0 {
+		if reuse, err = previousFiles(ctx, opts, prevStep); err != nil {
 			return PushResult{}, err
 		}
 	}
@@ -243,8 +247,9 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 		Symlinks: opts.Tree.Symlinks,
 	}
 	nc, err := manifest.CommitNodePart(ctx, st, opts.Prefix, part)
-	res := PushResult{Manifest: nc.Manifest, Committed: nc.Committed, Part: nc.Part, PartsPresent: nc.Present}
-	res.Pending = err == nil && nc.Manifest == nil
+	res := completionResult(nc.Completion)
+	res.Part = nc.Part
+	res.Pending = err == nil && !nc.Done()
 	if err == nil {
 		logNodeCommit(opts, res)
 	}
@@ -274,43 +279,73 @@ func referencesAny(files, entries []manifest.File, attemptPrefix string) bool {
 	return false
 }
 
+func completionResult(c manifest.Completion) PushResult {
+	return PushResult{Manifest: c.Manifest, Committed: c.Committed, ByPeer: c.ByPeer, PartsPresent: c.Present, FirstMissing: c.FirstMissing}
+}
+
 func logNodeCommit(opts PushOptions, res PushResult) {
 	log := opts.Upload.Logger
 	switch {
 	case res.Committed:
 		log.Info("all nodes' parts present; committed the step", zap.Int64("step", opts.Step), zap.Int("nodes", opts.Nodes))
+	case res.ByPeer:
+		log.Info("all nodes' parts present; another node committed the step", zap.Int64("step", opts.Step), zap.Int("nodes", opts.Nodes))
 	case res.Pending:
 		log.Info("node part durable; the step commits when every node's part is there",
-			zap.Int64("step", opts.Step), zap.Int("node_rank", opts.NodeRank), zap.Int("parts_present", res.PartsPresent), zap.Int("nodes", opts.Nodes))
+			zap.Int64("step", opts.Step), zap.Int("node_rank", opts.NodeRank), zap.Int("first_missing_node", res.FirstMissing), zap.Int("nodes", opts.Nodes))
 	}
 }
 
-// previousFiles indexes the previous committed step's files by path, for
-// deduplication: one LIST and one GET. A previous manifest that cannot be
-// read only disables deduplication.
-func previousFiles(ctx context.Context, opts PushOptions) (map[string]manifest.File, error) {
+// findCommitted returns the step's manifest if it is committed, else the
+// step to deduplicate against (-1: none). With deduplication one LIST of
+// one key answers both; without, a GET of the step's manifest.
+func findCommitted(ctx context.Context, opts PushOptions) (*manifest.Manifest, int64, error) {
+	st := opts.Upload.Store
+	step := opts.Step
+	if !opts.NoDedup {
+		found, err := manifest.StepAtOrBefore(ctx, st, opts.Prefix, step)
+		switch {
+		case errors.Is(err, manifest.ErrNoCheckpoint):
+			return nil, -1, nil
+		case err != nil:
+			return nil, -1, fmt.Errorf("push step %d: check for a committed manifest: %w", step, err)
+		case found < step:
+			return nil, found, nil
+		}
+	}
+	m, err := manifest.Get(ctx, st, opts.Prefix, step)
+	switch {
+	case err == nil:
+		return m, -1, nil
+	case errors.Is(err, manifest.ErrNoCheckpoint):
+		// Not committed (or, listed a moment ago, pruned since).
+		return nil, -1, nil
+	}
+	return nil, -1, fmt.Errorf("push step %d: check for a committed manifest: %w", step, err)
+}
+
+// previousFiles indexes a previous committed step's files by path, for
+// deduplication: one GET. A previous manifest that cannot be read only
+// disables deduplication.
+func previousFiles(ctx context.Context, opts PushOptions, step int64) (map[string]manifest.File, error) {
 	st, log := opts.Upload.Store, opts.Upload.Logger
-	step, err := manifest.PreviousStep(ctx, st, opts.Prefix, opts.Step)
+	m, err := manifest.Get(ctx, st, opts.Prefix, step)
 	if err == nil {
-		var m *manifest.Manifest
-		if m, err = manifest.Get(ctx, st, opts.Prefix, step); err == nil {
-			out := make(map[string]manifest.File, len(m.Files))
-			for _, f := range m.Files {
-				if k := dedupKey(f.Path, opts.Root); k != "" {
-					if _, dup := out[k]; !dup {
-						out[k] = f
-					}
+		out := make(map[string]manifest.File, len(m.Files))
+		for _, f := range m.Files {
+			if k := dedupKey(f.Path, opts.Root); k != "" {
+				if _, dup := out[k]; !dup {
+					out[k] = f
 				}
 			}
-			return out, nil
 		}
+		return out, nil
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("push step %d: %w", opts.Step, ctx.Err())
 	}
-	if !errors.Is(err, manifest.ErrNoCheckpoint) {
-		log.Warn("cannot read the previous step's manifest; uploading every file", zap.Int64("step", opts.Step), zap.Error(err))
-	}
+	log.Warn("cannot read the previous step's manifest; uploading every file", zap.Int64("step", opts.Step),
+		zap.Int64("previous_step", step), zap.Error(err))
 	return nil, nil
 }
 
@@ -424,8 +459,9 @@ func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part)
 		// removal: every upload it records is complete and referenced.
 		_ = os.Remove(statePath(opts.StateDir, stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)))
 	}
-	m, committed, present, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, partSet(opts))
-	res := PushResult{Manifest: m, Committed: committed, Pending: err == nil && m == nil, Part: part, PartsPresent: present, Stats: stats}
+	c, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, partSet(opts), opts.NodeRank)
+	res := completionResult(c)
+	res.Part, res.Pending, res.Stats = part, err == nil && !c.Done(), stats
 	if err != nil {
 		return res, fmt.Errorf("push step %d: %w", opts.Step, err)
 	}

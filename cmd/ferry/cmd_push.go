@@ -116,8 +116,14 @@ type pushSummary struct {
 	// other nodes' parts.
 	Nodes        int    `json:"nodes"`
 	NodeRank     int    `json:"node_rank"`
-	Pending      bool   `json:"pending,omitempty"`
+	Pending bool `json:"pending,omitempty"`
+	// CommittedByPeer: another node merged the parts and committed the
+	// step; this node's part is in it.
+	CommittedByPeer bool `json:"committed_by_peer,omitempty"`
+	// PartsPresent counts the parts found before the first missing node,
+	// WaitingFor is that node (pending pushes only).
 	PartsPresent int    `json:"parts_present,omitempty"`
+	WaitingFor   *int   `json:"waiting_for_node,omitempty"`
 	Part         string `json:"part,omitempty"`
 	// Requests counts the S3 requests made, by operation, retries included.
 	Requests map[string]int64 `json:"requests"`
@@ -220,6 +226,10 @@ func pushTree(ctx context.Context, o pushOptions, st store.Store, loc manifest.L
 // fill records what the push did.
 func (sum *pushSummary) fill(o pushOptions, loc manifest.Location, res uploader.PushResult, took time.Duration) {
 	sum.Committed, sum.Pending, sum.PartsPresent = res.Committed, res.Pending, res.PartsPresent
+	sum.CommittedByPeer = res.ByPeer
+	if res.Pending && res.FirstMissing >= 0 {
+		sum.WaitingFor = &res.FirstMissing
+	}
 	sum.BytesSent, sum.PartsSent, sum.PartsReused = res.Stats.BytesSent, res.Stats.PartsSent, res.Stats.PartsResumed
 	sum.DedupFiles, sum.DedupBytes = res.Stats.DedupFiles, res.Stats.DedupBytes
 	sum.Seconds = took.Seconds()
@@ -242,8 +252,12 @@ func (sum *pushSummary) fill(o pushOptions, loc manifest.Location, res uploader.
 func printPushResult(stdout io.Writer, o pushOptions, sum pushSummary, res uploader.PushResult) {
 	switch {
 	case res.Pending:
-		fmt.Fprintf(stdout, "node %d of %d: step %d's files on this node are durable at %s (%d of %d nodes done); the last node to finish commits the step\n",
-			o.node.rank, o.node.nodes, o.step, sum.loc, res.PartsPresent, o.node.nodes)
+		fmt.Fprintf(stdout, "node %d of %d: step %d's files on this node are durable at %s (node %d's part is not there yet); the last node to finish commits the step\n",
+			o.node.rank, o.node.nodes, o.step, sum.loc, res.FirstMissing)
+		return
+	case res.ByPeer:
+		fmt.Fprintf(stdout, "node %d of %d: committed step %d to %s with every node's part (another node wrote the manifest): this node's %d files, %s\n",
+			o.node.rank, o.node.nodes, o.step, sum.loc, sum.Files, units.FormatBytes(sum.Bytes))
 		return
 	case !res.Committed:
 		fmt.Fprintf(stdout, "step %d is already committed at %s with identical content; nothing uploaded\n", o.step, sum.loc)

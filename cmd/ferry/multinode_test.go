@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -333,10 +334,11 @@ func TestCLIPruneDuringUpload(t *testing.T) {
 // TestCLIMultiNodeRequestBudget counts what the cross-node commit costs on
 // top of the data uploads, per node and step (the step has a committed
 // predecessor, so dedup reads it): a node that does not complete the set
-// makes 6 requests (manifest GET, own part GET, LIST and GET of the
-// previous manifest, part PUT, one LIST of the parts); the node that
-// completes it 2 more plus one GET per node (manifest HEAD, part GETs,
-// manifest PUT).
+// makes 5 requests (one LIST that says the step is not committed and which
+// step precedes it, GET of its own part (absent), GET of the previous
+// manifest, part PUT, one LIST of the parts); the node that completes it 3
+// more plus one GET per node (claim PUT, part GETs, manifest PUT, done
+// marker PUT).
 func TestCLIMultiNodeRequestBudget(t *testing.T) {
 	srv := s3test.Shared(t)
 	view, px := srv.WithProxy(t, s3proxy.Config{})
@@ -352,9 +354,9 @@ func TestCLIMultiNodeRequestBudget(t *testing.T) {
 			if step == 1 {
 				continue
 			}
-			want := 6
+			want := 5
 			if k == nodes-1 {
-				want += 2 + nodes
+				want += 3 + nodes
 			}
 			within(t, fmt.Sprintf("node %d: requests besides data uploads", k), b.otherTotal(), want)
 			within(t, fmt.Sprintf("node %d: LIST requests", k), b.other[s3proxy.OpListObjectsV2], 2)
@@ -384,7 +386,7 @@ func TestCLIMultiNodeRestartedRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ps := push("4242.1", 2, fresh[2]); !ps.Pending || ps.PartsPresent != 1 {
+	if ps := push("4242.1", 2, fresh[2]); !ps.Pending || ps.WaitingFor == nil || *ps.WaitingFor != 0 {
 		t.Fatalf("node 2 of the new run: %+v (merged with the dead run's parts?)", ps)
 	}
 	push("4242.1", 0, fresh[0])
@@ -395,5 +397,69 @@ func TestCLIMultiNodeRestartedRun(t *testing.T) {
 	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
 	for k := range 3 {
 		sameTree(t, fresh[k], dst)
+	}
+}
+
+// TestCLIMultiNodeFinishTogether releases the part PUTs of 32 `ferry push`
+// processes at the same moment and holds their listings until all parts
+// landed (barriers in the proxy), so that every node sees the set complete:
+// one node merges, the others wait for its marker. GETs in all stay within 2N + 8 (before the merge claim, every node
+// that saw the set complete read all N parts).
+func TestCLIMultiNodeFinishTogether(t *testing.T) {
+	const nodes = 32
+	srv := s3test.Shared(t)
+	view, px := srv.WithProxy(t, s3proxy.Config{})
+	bucket := view.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	set := manifest.PartSet{Step: 7, Nodes: nodes}
+	// Every node's part PUT waits for all others; then every node's LIST of
+	// the parts (its second LIST) waits for all others, so that each lists
+	// after every part landed: the worst case for the merge.
+	if err := px.SetRules(
+		s3proxy.Rule{Ops: []string{s3proxy.OpPutObject}, KeyPrefix: manifest.StepPartsPrefix("run", set) + "node-",
+			Times: nodes, Action: s3proxy.Barrier(nodes, 2*time.Minute)},
+		s3proxy.Rule{Ops: []string{s3proxy.OpListObjectsV2}, After: nodes, Times: nodes, Action: s3proxy.Barrier(nodes, 2*time.Minute)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	dirs := rankDirs(t, nodes, 1, 100, 7)
+	waits := make([]func() result, nodes)
+	for k := range nodes {
+		_, waits[k] = startFerry(t, view, "push", "--to", url, "--step", "7", "--nodes", fmt.Sprint(nodes), "--node-rank", fmt.Sprint(k),
+			"--json", "--state-dir", t.TempDir(), dirs[k])
+	}
+	committed, byPeer := 0, 0
+	for k := range nodes {
+		var ps pushSummary
+		decodeJSON(t, waits[k]().must(t, 0).stdout, &ps)
+		if ps.Committed {
+			committed++
+		}
+		if ps.CommittedByPeer {
+			byPeer++
+		}
+	}
+	if committed != 1 || byPeer != nodes-1 {
+		t.Fatalf("%d nodes wrote the manifest and %d saw a peer commit it; want 1 and %d", committed, byPeer, nodes-1)
+	}
+	var gets, partGets int
+	for _, r := range px.Requests() {
+		if r.Op == s3proxy.OpGetObject {
+			gets++
+			// Reads of parts that are there: the merge (each node's
+			// check for its own part before uploading finds none).
+			if _, _, ok := manifest.ParsePartKey("run", r.Key); ok && r.Status == http.StatusOK {
+				partGets++
+			}
+		}
+	}
+	t.Logf("requests: %v; GETs %d, of parts found %d", px.Counts(), gets, partGets)
+	if gets > 2*nodes+8 || partGets > nodes+nodes/4 {
+		t.Fatalf("%d GETs (%d of parts) for %d nodes; want at most %d (%d)", gets, partGets, nodes, 2*nodes+8, nodes+nodes/4)
+	}
+	var rows []stepSummary
+	decodeJSON(t, ferry(t, srv, "list", "--from", url, "--json").must(t, 0).stdout, &rows)
+	if len(rows) != 1 || rows[0].Files != nodes+1 {
+		t.Fatalf("list: %+v, want step 7 with %d files", rows, nodes+1)
 	}
 }

@@ -337,3 +337,43 @@ func TestSetRulesWhileBusy(t *testing.T) {
 		t.Errorf("%d HeadObject requests, want 160", n)
 	}
 }
+
+// TestBarrier: three HEADs wait for each other and pass together; one alone
+// passes after the barrier's timeout.
+func TestBarrier(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, s3proxy.Config{Rules: []s3proxy.Rule{
+		{Ops: []string{s3proxy.OpHeadObject}, KeyPrefix: "together", Times: 3, Action: s3proxy.Barrier(3, time.Minute)},
+		{Ops: []string{s3proxy.OpHeadObject}, KeyPrefix: "alone", Times: 1, Action: s3proxy.Barrier(2, 300*time.Millisecond)},
+	}})
+	put(t, f.direct(t), "together", []byte("x"))
+	put(t, f.direct(t), "alone", []byte("x"))
+	st := f.store(t)
+	done := make(chan time.Time, 3)
+	began := time.Now()
+	for i := range 3 {
+		go func() {
+			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+			if _, err := st.Head(t.Context(), "together"); err != nil {
+				t.Error(err)
+			}
+			done <- time.Now()
+		}()
+	}
+	first := <-done
+	if d := first.Sub(began); d < 400*time.Millisecond {
+		t.Fatalf("a request passed after %v, before the third (sent at 400ms) arrived", d)
+	}
+	for range 2 {
+		if d := (<-done).Sub(first); d > 100*time.Millisecond {
+			t.Errorf("requests released %v apart; a barrier releases them together", d)
+		}
+	}
+	start := time.Now()
+	if _, err := st.Head(t.Context(), "alone"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("a barrier of 2 passed one request after %v, before its timeout", d)
+	}
+}

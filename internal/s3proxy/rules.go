@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -89,6 +90,7 @@ const (
 	actTruncate
 	actFlipByte
 	actTrickle
+	actBarrier
 )
 
 // Action is what the proxy does to a request a rule fires on. Build one with
@@ -100,6 +102,25 @@ type Action struct {
 	n       int64
 	d       time.Duration
 	message string
+	gate    *gate
+}
+
+// gate opens once n requests have arrived at it.
+type gate struct {
+	mu      sync.Mutex
+	n       int
+	arrived int
+	open    chan struct{}
+}
+
+func (g *gate) arrive() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.arrived++
+	if g.arrived == g.n {
+		close(g.open)
+	}
+	return g.open
 }
 
 // Status answers with an S3 error (HTTP status and error code, e.g. 503 and
@@ -169,6 +190,14 @@ func FlipByte(offset int64) Action { return Action{kind: actFlipByte, n: offset}
 // gets past it in reasonable time.
 func Trickle(bytesPerSecond int64) Action { return Action{kind: actTrickle, n: bytesPerSecond} }
 
+// Barrier holds each request it fires on until n of them have arrived (or
+// timeout passed), then forwards them all: n clients released at the same
+// moment, as nodes of a job finishing a step together. Give the rule
+// Times n; one Barrier opens once.
+func Barrier(n int, timeout time.Duration) Action {
+	return Action{kind: actBarrier, n: int64(n), d: timeout, gate: &gate{n: n, open: make(chan struct{})}}
+}
+
 func (a Action) validate() error {
 	switch a.kind {
 	case actStatus:
@@ -186,6 +215,10 @@ func (a Action) validate() error {
 	case actTrickle:
 		if a.n <= 0 {
 			return fmt.Errorf("action %v: the rate must be positive", a)
+		}
+	case actBarrier:
+		if a.n <= 0 || a.d <= 0 || a.gate == nil {
+			return fmt.Errorf("action %v: build it with Barrier(n > 0, timeout > 0)", a)
 		}
 	}
 	return nil
@@ -217,6 +250,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("flip body byte %d", a.n)
 	case actTrickle:
 		return fmt.Sprintf("trickle body at %d B/s", a.n)
+	case actBarrier:
+		return fmt.Sprintf("barrier of %d requests (at most %v)", a.n, a.d)
 	}
 	return "forward"
 }

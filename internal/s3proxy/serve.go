@@ -66,6 +66,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		conn := p.hijack(w)
 		p.hold(act.d, nil)
 		resetConn(conn)
+	case actBarrier:
+		t := time.NewTimer(act.d)
+		defer t.Stop()
+		select {
+		case <-act.gate.arrive():
+		case <-t.C:
+		case <-p.closing:
+		case <-r.Context().Done():
+		}
+		p.forward(ex, Action{})
 	case actDelay:
 		if !p.hold(act.d, r.Context().Done()) {
 			panic(http.ErrAbortHandler) // drop the connection, answer nothing

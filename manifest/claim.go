@@ -1,0 +1,133 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+)
+
+// Who merges. Every node that lists after the last part landed sees all N
+// parts; if each of them merged, a step of N nodes finishing together would
+// cost up to N x N part GETs. So a node that sees all N claims the merge
+// with a create-only PUT of the set's claim object: exactly one wins and
+// merges; the others wait for the set's done marker, which the merging node
+// writes once the manifest is committed (written, or found identical). The
+// marker proves the manifest is the merge of this set, so a waiting node
+// knows its own part is in it without reading it.
+//
+// If the claimant dies, its claim must not block the step: a waiting node
+// that has not seen the marker when the lease runs out (at least
+// claimLease, or ten times the estimated merge time for a large job)
+// merges itself; nodes spread that by rank so that they do not all read N
+// parts at once, and each checks for the manifest first (one HEAD).
+
+// claimTiming is how long waiting nodes give the claimant, and how often
+// they look for its marker. Tests shorten it.
+var claimTiming = struct {
+	lease   time.Duration // the least a claimant is given
+	maxPoll time.Duration // the longest pause between two looks
+	spread  time.Duration // per node rank (mod 16) after the lease
+}{lease: 20 * time.Second, maxPoll: 2 * time.Second, spread: 250 * time.Millisecond}
+
+// ClaimKey is the key of the object a node creates to merge a set.
+func ClaimKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix, set) + "claim.json" }
+
+// DoneKey is the key of the marker written once a set's merge is the
+// step's committed manifest.
+func DoneKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix, set) + "done.json" }
+
+// ParseMarkerKey reports whether key is a set's claim or done marker, and
+// its set.
+func ParseMarkerKey(prefix, key string) (PartSet, bool) {
+	for _, name := range []string{"claim.json", "done.json"} {
+		dir, ok := cutSuffix(key, name)
+		if !ok {
+			continue
+		}
+		// A marker sits where a part of node 0 would: parse that key.
+		if set, k, ok := ParsePartKey(prefix, dir+"node-00000.json"); ok && k == 0 {
+			return set, true
+		}
+	}
+	return PartSet{}, false
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) < len(suffix) || s[len(s)-len(suffix):] != suffix {
+		return s, false
+	}
+	return s[:len(s)-len(suffix)], true
+}
+
+type marker struct {
+	Step     int64     `json:"step"`
+	NodeRank int       `json:"node_rank"`
+	Time     time.Time `json:"time"`
+}
+
+// putMarker writes a small marker object, create-only if exclusive.
+func putMarker(ctx context.Context, st store.Store, key string, step int64, nodeRank int, exclusive bool) error {
+	data, _ := json.Marshal(marker{Step: step, NodeRank: nodeRank, Time: time.Now().UTC().Truncate(time.Millisecond)})
+	_, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
+		IfNoneMatch: exclusive, CRC32C: store.CRC32C(data), ContentType: "application/json"})
+	return err
+}
+
+// claimMerge tries to become the node that merges the set.
+func claimMerge(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (bool, error) {
+	err := putMarker(ctx, st, ClaimKey(prefix, set), set.Step, nodeRank, true)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, store.ErrPreconditionFailed):
+		return false, nil
+	default:
+		return false, fmt.Errorf("commit step %d: claim the merge of its parts: %w", set.Step, err)
+	}
+}
+
+// awaitPeer waits for the claimant's done marker. It first looks after
+// about the time a merge takes (estimated from rtt, how long this node's
+// listing took), then backs off. It returns true once the marker is there
+// and false when the lease ran out without it.
+func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int, rtt time.Duration) (bool, error) {
+	estimate := time.Duration((set.Nodes+partReaders-1)/partReaders+3) * max(rtt, time.Millisecond)
+	lease := max(claimTiming.lease, 10*estimate)
+	deadline := time.Now().Add(lease)
+	pause := min(estimate, claimTiming.maxPoll)
+	key := DoneKey(prefix, set)
+	for {
+		if err := sleepCtx(ctx, pause); err != nil {
+			return false, fmt.Errorf("commit step %d: wait for node merging it: %w", set.Step, err)
+		}
+		_, err := st.Head(ctx, key)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, store.ErrNotExist) {
+			return false, fmt.Errorf("commit step %d: look for its commit marker: %w", set.Step, err)
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			// The claimant is gone or stuck: merge, nodes a little apart.
+			return false, sleepCtx(ctx, time.Duration(nodeRank%16)*claimTiming.spread)
+		}
+		pause = min(pause*2, claimTiming.maxPoll, deadline.Sub(now))
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
