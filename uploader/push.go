@@ -89,7 +89,7 @@ type PushResult struct {
 	// PartsPresent is how many of the step's parts the node found before
 	// the first missing one, FirstMissing that node's rank (-1: none).
 	PartsPresent, FirstMissing int
-	Stats        Stats
+	Stats                      Stats
 }
 
 // ErrEmptyStep is returned (wrapped) by Push for a step with no files

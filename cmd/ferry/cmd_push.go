@@ -114,9 +114,9 @@ type pushSummary struct {
 	Manifest    string  `json:"manifest"`
 	// Multi-node pushes: this node, and whether the step still waits for
 	// other nodes' parts.
-	Nodes        int    `json:"nodes"`
-	NodeRank     int    `json:"node_rank"`
-	Pending bool `json:"pending,omitempty"`
+	Nodes    int  `json:"nodes"`
+	NodeRank int  `json:"node_rank"`
+	Pending  bool `json:"pending,omitempty"`
 	// CommittedByPeer: another node merged the parts and committed the
 	// step; this node's part is in it.
 	CommittedByPeer bool `json:"committed_by_peer,omitempty"`
