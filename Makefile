@@ -85,6 +85,14 @@ S5CMD_VERSION := v2.3.0
 BENCH_DEBS    := awscli b3sum time
 BENCH_FLAGS   ?=
 
+# make scale: the multi-node commit, big manifests and a long history in one
+# process against the in-memory store with 30 ms per request (bench/scale);
+# SCALE_FLAGS=-nodes=8,64 for a quick run. Writes bench-results/scale.json.
+.PHONY: scale
+scale:
+	@mkdir -p bench-results
+	$(GO) run ./bench/scale -out bench-results/scale.json $(SCALE_FLAGS)
+
 .PHONY: bench bench-go bench-deps
 bench: tools $(S5CMD) bench-deps
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry

@@ -95,7 +95,7 @@ func TestValidateRejects(t *testing.T) {
 }
 
 func TestDecodeRejectsFutureMajorAndGarbage(t *testing.T) {
-	if _, err := DecodeBytes([]byte(`{"format":"2.1","step":1}`), "run"); err == nil || !strings.Contains(err.Error(), "not supported") {
+	if _, err := DecodeBytes([]byte(`{"format":"3.0","step":1}`), "run"); err == nil || !strings.Contains(err.Error(), "not supported") {
 		t.Fatalf("future major: %v", err)
 	}
 	if _, err := DecodeBytes([]byte(`{"format":"1.7","step":1,"created":"2026-01-01T00:00:00Z","files":[],"future_field":true}`), "run"); err != nil {
@@ -215,5 +215,25 @@ func TestLatestSkipsStrayKeys(t *testing.T) {
 	}
 	if step, err := LatestStep(ctx, st, "run"); err != nil || step != 1000 {
 		t.Fatalf("LatestStep = %d, %v", step, err)
+	}
+}
+
+func TestSummaries(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemStore()
+	for step := int64(1); step <= 5; step++ {
+		m := &Manifest{Format: FormatVersion, Step: step * 10, Created: time.Date(2026, 12, 3, 0, 0, int(step), 0, time.UTC),
+			Files: []File{{Path: "a.pt", Size: step, BLAKE3: hashA, Key: DataKey("run", step*10, "x", "a.pt")}}}
+		if _, _, err := Commit(ctx, st, "run", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := Summaries(ctx, st, "run", 0)
+	if err != nil || len(all) != 5 || all[0].Step != 10 || all[4].Step != 50 || all[4].Bytes != 5 || all[4].Files != 1 {
+		t.Fatalf("all: %+v, %v", all, err)
+	}
+	last, err := Summaries(ctx, st, "run", 2)
+	if err != nil || len(last) != 2 || last[0].Step != 40 || last[1].Step != 50 {
+		t.Fatalf("last 2: %+v, %v", last, err)
 	}
 }

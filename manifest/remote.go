@@ -26,9 +26,21 @@ func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (ex
 	if err := Validate(m, prefix); err != nil {
 		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
 	}
-	data, err := Encode(m)
+	doc := m
+	if needsShards(m) {
+		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
+			return nil, false, err
+		}
+	}
+	data, err := Encode(doc)
 	if err != nil {
 		return nil, false, err
+	}
+	if doc != m {
+		// The committed form: the files, and the shards they were written to.
+		full := *m
+		full.Format, full.Shards = doc.Format, doc.Shards
+		m = &full
 	}
 	key := ManifestKey(prefix, m.Step)
 	_, err = st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
@@ -110,9 +122,25 @@ func Contains(m, sub *Manifest) bool {
 	return true
 }
 
-// Get reads and validates the committed manifest of a step. It returns
-// ErrNoCheckpoint if the step is not committed.
+// Get reads and validates the committed manifest of a step, with the files
+// of every shard if it is sharded. It returns ErrNoCheckpoint if the step
+// is not committed.
 func Get(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
+	return GetFiltered(ctx, st, prefix, step, nil)
+}
+
+// GetFiltered is Get reading only the shards filter selects (all when nil)
+// of a sharded manifest; see Resolve.
+func GetFiltered(ctx context.Context, st store.Store, prefix string, step int64, filter ShardFilter) (*Manifest, error) {
+	m, err := getHeader(ctx, st, prefix, step)
+	if err != nil || !m.Sharded() {
+		return m, err
+	}
+	return Resolve(ctx, st, prefix, m, filter)
+}
+
+// getHeader reads and validates the manifest document of a step.
+func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
 	key := ManifestKey(prefix, step)
 	rc, err := st.Get(ctx, key, 0, -1)
 	if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {

@@ -17,6 +17,8 @@ const (
 	MaxFiles = 1_000_000
 	// MaxPathLen bounds a path's length in bytes (S3 keys are at most 1,024).
 	MaxPathLen = 1024
+	// maxRank bounds a file's rank.
+	maxRank = 1 << 24
 )
 
 // Validate checks a manifest strictly, as untrusted input: every path must be
@@ -25,6 +27,9 @@ const (
 // the offending field.
 func Validate(m *Manifest, prefix string) error {
 	if err := checkFormat(m.Format); err != nil {
+		return err
+	}
+	if err := checkShards(m, prefix); err != nil {
 		return err
 	}
 	if m.Step < 0 || m.Step > MaxStep {
@@ -62,7 +67,7 @@ func Validate(m *Manifest, prefix string) error {
 		if err := checkPartSize(f.PartSize, f.Size); err != nil {
 			return fmt.Errorf("manifest field %s.part_size: %w", field, err)
 		}
-		if f.Rank != nil && (*f.Rank < 0 || *f.Rank > 1<<24) {
+		if f.Rank != nil && (*f.Rank < 0 || *f.Rank > maxRank) {
 			return fmt.Errorf("manifest field %s.rank: %d out of range", field, *f.Rank)
 		}
 	}

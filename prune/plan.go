@@ -95,7 +95,9 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 			return fmt.Errorf("prune: manifest of step %d (%s) is unreadable, so what it references is unknown; fix or remove it first: %w", step, key, err)
 		}
 		if committed[step] || protectPruned {
-			pl.reference(m.Files)
+			if err := pl.referenceManifest(ctx, m); err != nil {
+				return fmt.Errorf("prune: manifest of step %d (%s): %w", step, key, err)
+			}
 		}
 		if !committed[step] && protectPruned {
 			pl.mu.Lock()
@@ -149,7 +151,9 @@ func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 		if err != nil {
 			return fmt.Errorf("prune: tombstone %s is unreadable: %w", key, err)
 		}
-		pl.reference(m.Files)
+		if err := pl.referenceManifest(ctx, m); err != nil {
+			return fmt.Errorf("prune: tombstone %s: %w", key, err)
+		}
 		return nil
 	})
 }
@@ -279,6 +283,23 @@ func stepOfDataKey(dataPrefix, key string) (int64, bool) {
 		step = step*10 + int64(c-'0')
 	}
 	return step, true
+}
+
+// referenceManifest keeps what a manifest references: its files' objects
+// and, for a sharded manifest, its shards (read to learn its files; a
+// shard that cannot be read stops the prune: what it references is unknown).
+func (pl *planner) referenceManifest(ctx context.Context, m *manifest.Manifest) error {
+	full, err := manifest.Resolve(ctx, pl.opts.Store, pl.opts.Prefix, m, nil)
+	if err != nil {
+		return err
+	}
+	pl.reference(full.Files)
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, sh := range m.Shards {
+		pl.keep[sh.Key] = true
+	}
+	return nil
 }
 
 func (pl *planner) reference(files []manifest.File) {

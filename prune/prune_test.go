@@ -274,3 +274,60 @@ func TestPruneRefusesUnreadableManifest(t *testing.T) {
 		t.Fatal("keep-last 0 accepted")
 	}
 }
+
+// TestPruneShardedManifests: with every manifest sharded, prune keeps the
+// shards and files of kept steps (they still restore) and, past the grace
+// period, deletes those of pruned steps.
+func TestPruneShardedManifests(t *testing.T) {
+	defer manifest.SetShardThresholds(1, 1)()
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	history(t, mem)
+	m, err := manifest.Get(ctx, mem, prefix, 50)
+	if err != nil || !m.Sharded() {
+		t.Fatalf("step 50 not sharded: %v", err)
+	}
+	old, err := manifest.Get(ctx, mem, prefix, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 2}}
+	if _, err := Prune(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	verifyRestores(t, mem, 40, 50)
+	later := time.Now().Add(2 * DefaultMinAge)
+	opts.Now = func() time.Time { return later }
+	p, err := Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifyRestores(t, mem, 40, 50)
+	// Every object left is a file or shard of a kept step.
+	keep := map[string]bool{}
+	for _, s := range []int64{40, 50} {
+		km, err := manifest.Get(ctx, mem, prefix, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range km.Files {
+			keep[f.Key] = true
+		}
+		for _, sh := range km.Shards {
+			keep[sh.Key] = true
+		}
+	}
+	for _, k := range mem.Objects() {
+		if strings.HasPrefix(k, manifest.DataPrefix(prefix)) && !keep[k] {
+			t.Errorf("left after the grace period: %s", k)
+		}
+	}
+	for _, sh := range old.Shards {
+		if !slices.Contains(p.Objects, sh.Key) {
+			t.Errorf("shard %s of pruned step 10 not deleted", sh.Key)
+		}
+	}
+	if len(p.Objects) == 0 {
+		t.Fatal("nothing deleted after the grace period")
+	}
+}

@@ -59,10 +59,11 @@ func commit(t testing.TB, st store.Store, step int64, files []tfile, links []man
 		}
 		m.Files = append(m.Files, manifest.File{Path: f.path, Size: int64(len(f.data)), BLAKE3: b3(f.data), Key: key, Rank: f.rank})
 	}
-	if _, _, err := manifest.Commit(ctx, st, testPrefix, m); err != nil {
+	c, _, err := manifest.Commit(ctx, st, testPrefix, m)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return c
 }
 
 // putRawManifest stores a manifest without Commit's validation, as a

@@ -103,3 +103,42 @@ func TestRestoreFromS3(t *testing.T) {
 	assertAbsent(t, filepath.Join(dir2, "sub/chunk+1"))
 	assertNoTemps(t, dir2)
 }
+
+// TestRestoreShardedFromS3: a step committed as a sharded manifest on a real
+// server restores every file, and a restore of one rank reads only the
+// shards it needs and gets that rank's files and the shared ones.
+func TestRestoreShardedFromS3(t *testing.T) {
+	defer manifest.SetShardThresholds(1, 2)()
+	srv := s3test.Shared(t)
+	st := srv.Store(t, srv.NewBucket(t))
+	var files []tfile
+	for r := range 4 {
+		files = append(files, tfile{path: filepath.Join("model", "rank"+string(rune('0'+r))+".pt"), data: randBytes(1000+r, uint64(r)), rank: rank(r)})
+	}
+	files = append(files, tfile{path: "config.json", data: []byte(`{"lr": 1}`)})
+	m := commit(t, st, 7, files, nil)
+	if !m.Sharded() || len(m.Shards) != 3 {
+		t.Fatalf("committed %d shards, want 3", len(m.Shards))
+	}
+	dir := t.TempDir()
+	if _, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: LatestStep}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		assertFile(t, filepath.Join(dir, f.path), f.data)
+	}
+	hooked := &hookStore{Store: st}
+	one := t.TempDir()
+	res, err := Restore(context.Background(), Options{Store: hooked, Prefix: testPrefix, Dir: one, Step: 7, Ranks: func(r *int) bool { return *r == 3 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files != 2 {
+		t.Fatalf("restored %d files for rank 3, want its file and the config", res.Files)
+	}
+	assertFile(t, filepath.Join(one, "model", "rank3.pt"), files[3].data)
+	assertFile(t, filepath.Join(one, "config.json"), files[4].data)
+	if n := len(hooked.gets(m.Shards[0].Key)); n != 0 {
+		t.Errorf("the shard of ranks 0-1 was read %d times for rank 3", n)
+	}
+}

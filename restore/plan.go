@@ -24,6 +24,9 @@ type fileJob struct {
 	// it resolved; writes go through an os.Root, so a symlink swapped in
 	// after planning cannot carry them outside either. abs is for messages.
 	rel, abs string
+	// absent is set when planning saw the file's directory missing: no
+	// file can be there, so nothing needs checking.
+	absent bool
 
 	reported int64 // bytes already reported to Progress (under restorer.mu)
 }
@@ -76,12 +79,37 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 		return nil, err
 	}
 	p := &plan{root: root}
-	disk := func(rel string) (kind, string, error) { return diskLookup(root, rel) }
+	// Nothing is written while planning, so what the disk holds at a path
+	// is looked up once: 100,000 files in a few folders cost a few lstats,
+	// not one per file and parent.
+	type seen struct {
+		k      kind
+		target string
+		err    error
+	}
+	lookups := map[string]seen{}
+	disk := func(rel string) (kind, string, error) {
+		if s, ok := lookups[rel]; ok {
+			return s.k, s.target, s.err
+		}
+		k, target, err := diskLookup(root, rel)
+		lookups[rel] = seen{k, target, err}
+		return k, target, err
+	}
+	missing := func(dir string) bool {
+		if dir == "" {
+			_, err := os.Lstat(root)
+			return errors.Is(err, fs.ErrNotExist)
+		}
+		s, ok := lookups[dir]
+		return ok && s.err == nil && s.k == kindNone
+	}
+	rootMissing := missing("")
 	inside := func(target string) (string, bool) { return insideRoot(target, root, alias) }
 
-	phys := map[string]string{}    // physical rel path -> manifest path
-	dirs := map[string]string{}    // physical rel directories holding entries -> a manifest path below
-	through := map[string]string{} // every rel path a parent lookup visited -> manifest path
+	phys := make(map[string]string, len(m.Files)+len(m.Symlinks)) // physical rel path -> manifest path
+	dirs := map[string]string{}                                   // physical rel directories holding entries -> a manifest path below
+	through := map[string]string{}                                // every rel path a parent lookup visited -> manifest path
 	claim := func(mpath string) (string, error) {
 		if err := checkRel(mpath); err != nil {
 			return "", err
@@ -105,7 +133,8 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 		return rel, nil
 	}
 
-	fileRel := map[string]bool{}
+	fileRel := make(map[string]bool, len(m.Files))
+	p.files = make([]fileJob, 0, len(m.Files))
 	for _, f := range m.Files {
 		if want != nil && !want(f) {
 			continue
@@ -115,7 +144,8 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 			return nil, err
 		}
 		fileRel[rel] = true
-		p.files = append(p.files, fileJob{file: f, rel: filepath.FromSlash(rel), abs: filepath.Join(root, filepath.FromSlash(rel))})
+		absent := rootMissing || (dirOf(rel) != "" && missing(dirOf(rel)))
+		p.files = append(p.files, fileJob{file: f, rel: filepath.FromSlash(rel), abs: filepath.Join(root, filepath.FromSlash(rel)), absent: absent})
 	}
 	linkRel := map[string]string{}
 	for _, l := range m.Symlinks {
@@ -202,6 +232,9 @@ func checkRel(p string) error {
 // link goes is replaced unless it already has the right target.
 func (p *plan) checkExisting() error {
 	for _, f := range p.files {
+		if f.absent {
+			continue
+		}
 		fi, err := os.Lstat(f.abs)
 		if err == nil && fi.IsDir() {
 			return fmt.Errorf("%s: a directory is in the way", f.file.Path)

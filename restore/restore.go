@@ -91,6 +91,11 @@ type Options struct {
 	// needs of the step, as SelectForNode decides from its manifest. It
 	// excludes Ranks.
 	Nodes, NodeRank int
+	// PlanOnly finds, checks and plans the restore (manifest read and
+	// validated, files selected, every target path checked) and returns
+	// what it would restore in Result.Files and Result.Bytes, writing
+	// nothing and fetching no object.
+	PlanOnly bool
 	// LowSpeedLimit (bytes/s) and LowSpeedTime bound a slow GET: a body
 	// delivering less than LowSpeedLimit over LowSpeedTime is cut and the
 	// range fetched again, a few times at most, so a trickling server
@@ -175,18 +180,24 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	return res, nil
 }
 
-// find reads the manifest asked for. The decoder has validated it.
+// find reads the manifest asked for. The decoder has validated it. With
+// ranks selected, a sharded manifest's shards of other ranks are not read.
 func find(ctx context.Context, opts Options) (*manifest.Manifest, error) {
-	if opts.Step < 0 {
-		m, err := manifest.Latest(ctx, opts.Store, opts.Prefix)
+	var filter manifest.ShardFilter
+	if opts.Ranks != nil {
+		filter = manifest.RanksFilter(opts.Ranks)
+	}
+	step := opts.Step
+	if step < 0 {
+		latest, err := manifest.LatestStep(ctx, opts.Store, opts.Prefix)
 		if err != nil {
 			return nil, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
 		}
-		return m, nil
+		step = latest
 	}
-	m, err := manifest.Get(ctx, opts.Store, opts.Prefix, opts.Step)
+	m, err := manifest.GetFiltered(ctx, opts.Store, opts.Prefix, step, filter)
 	if err != nil {
-		return nil, fmt.Errorf("restore step %d: %w", opts.Step, err)
+		return nil, fmt.Errorf("restore step %d: %w", step, err)
 	}
 	return m, nil
 }
@@ -240,6 +251,9 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 	}
 	r := newRestorer(opts, p)
 	res.Files, res.Bytes = len(p.files), r.total
+	if opts.PlanOnly {
+		return res, nil
+	}
 	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),
 		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))
 

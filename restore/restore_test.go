@@ -299,3 +299,28 @@ func TestManySmallFiles(t *testing.T) {
 		t.Errorf("%d entries in the target, want 10,000 files in 20 directories", n)
 	}
 }
+
+// TestPlanOnly: a planned restore reports the selected files and bytes, and
+// writes nothing and fetches no object.
+func TestPlanOnly(t *testing.T) {
+	mem := store.NewMemStore()
+	commit(t, mem, 10, []tfile{
+		{path: "model-rank0.pt", data: []byte("zero"), rank: rank(0)},
+		{path: "model-rank1.pt", data: []byte("one!!"), rank: rank(1)},
+		{path: "config.json", data: []byte("{}")},
+	}, nil)
+	st := &hookStore{Store: mem}
+	dir := filepath.Join(t.TempDir(), "target")
+	res, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: LatestStep, PlanOnly: true,
+		Ranks: func(r *int) bool { return *r == 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Step != 10 || res.Files != 2 || res.Bytes != 7 {
+		t.Fatalf("plan: step %d, %d files, %d bytes; want step 10, 2 files, 7 bytes", res.Step, res.Files, res.Bytes)
+	}
+	if n := st.dataGets(); n != 0 {
+		t.Errorf("a planned restore made %d data GETs", n)
+	}
+	assertAbsent(t, dir)
+}

@@ -17,6 +17,7 @@ type listOptions struct {
 	remote remoteOptions
 	from   string
 	json   bool
+	last   int
 }
 
 func newListCommand() *cli.Command {
@@ -25,24 +26,24 @@ func newListCommand() *cli.Command {
 		Usage: "list committed steps: step, files, bytes, created",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.IntFlag{Name: "last", Value: 0, Usage: "show only the newest `N` steps (0: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("list takes no arguments (got %q)", c.Args().First())
 			}
-			return runList(c.Context, listOptions{remote: readRemoteOptions(c), from: c.String("from"), json: c.Bool("json")}, c.App.Writer, c.App.ErrWriter)
+			if c.Int("last") < 0 {
+				return usagef("--last %d: want the number of newest steps to show, or 0 for all", c.Int("last"))
+			}
+			return runList(c.Context, listOptions{remote: readRemoteOptions(c), from: c.String("from"), json: c.Bool("json"), last: c.Int("last")},
+				c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
 
 // stepSummary is one row of `ferry list`.
-type stepSummary struct {
-	Step    int64     `json:"step"`
-	Files   int       `json:"files"`
-	Bytes   int64     `json:"bytes"`
-	Created time.Time `json:"created"`
-}
+type stepSummary = manifest.Summary
 
 func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error {
 	log, err := newLogger(o.remote, stderr)
@@ -53,18 +54,9 @@ func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	steps, err := manifest.Steps(ctx, st, loc.Prefix, 0)
+	rows, err := manifest.Summaries(ctx, st, loc.Prefix, o.last)
 	if err != nil {
-		return err
-	}
-	rows := make([]stepSummary, 0, len(steps))
-	// Oldest first reads naturally in a terminal; keys list newest first.
-	for i := len(steps) - 1; i >= 0; i-- {
-		m, err := manifest.Get(ctx, st, loc.Prefix, steps[i])
-		if err != nil {
-			return fmt.Errorf("list %s: %w", loc, err)
-		}
-		rows = append(rows, stepSummary{Step: m.Step, Files: len(m.Files), Bytes: m.TotalBytes(), Created: m.Created})
+		return fmt.Errorf("list %s: %w", loc, err)
 	}
 	if o.json {
 		return printJSON(stdout, rows)

@@ -123,6 +123,10 @@ func TestCLIMultiNodeCommitRaces(t *testing.T) {
 			t.Errorf("step %d has %d files", r.Step, r.Files)
 		}
 	}
+	decodeJSON(t, ferry(t, srv, "list", "--from", url, "--json", "--last", "3").must(t, 0).stdout, &rows)
+	if len(rows) != 3 || rows[0].Step != rounds-2 || rows[2].Step != rounds {
+		t.Fatalf("list --last 3: %+v, want steps %d..%d oldest first", rows, rounds-2, rounds)
+	}
 }
 
 // TestCLIMultiNodeKilledNode: node 2 of 3 is killed while uploading step

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+)
+
+// R2's request prices (developers.cloudflare.com/r2/pricing, read on
+// 2026-12-02): Class A (writes, listings) $4.50 and Class B (reads) $0.36
+// per million; DeleteObject and AbortMultipartUpload are free.
+const (
+	classAPerMillion = 4.50
+	classBPerMillion = 0.36
+)
+
+// opClass maps an operation to its R2 class: "A", "B" or "" (free).
+var opClass = map[string]string{
+	"PutObject": "A", "ListObjectsV2": "A", "CreateMultipartUpload": "A", "UploadPart": "A",
+	"CompleteMultipartUpload": "A", "ListParts": "A", "ListMultipartUploads": "A",
+	"GetObject": "B", "HeadObject": "B",
+	"DeleteObject": "", "AbortMultipartUpload": "",
+}
+
+// listPage is how many keys one LIST request returns (S3 and R2).
+const listPage = 1000
+
+// counts tallies requests by operation.
+type counts struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (c *counts) add(op string, n int64) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]int64{}
+	}
+	c.m[op] += n
+	c.mu.Unlock()
+}
+
+func (c *counts) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.m))
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
+
+// cost is what requests cost at R2's prices, in dollars.
+func cost(m map[string]int64) float64 {
+	var a, b int64
+	for op, n := range m {
+		switch opClass[op] {
+		case "A":
+			a += n
+		case "B":
+			b += n
+		}
+	}
+	return float64(a)*classAPerMillion/1e6 + float64(b)*classBPerMillion/1e6
+}
+
+// simStore is an object store with a fixed latency per request, as a
+// client far from R2 sees it, counting requests (a LIST costs one request,
+// and one latency, per 1,000 keys). It wraps the in-memory store; the
+// hooks see successful writes and reads.
+type simStore struct {
+	inner   store.Store
+	latency time.Duration
+	counts  *counts
+	onPut   func(key string) // after a successful Put
+	onGet   func(key string) // after a successful Get
+}
+
+func (s *simStore) wait(op string) {
+	s.counts.add(op, 1)
+	if s.latency > 0 {
+		time.Sleep(s.latency)
+	}
+}
+
+// Put implements store.Store.
+func (s *simStore) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts store.PutOptions) (store.ObjectInfo, error) {
+	s.wait("PutObject")
+	info, err := s.inner.Put(ctx, key, body, size, opts)
+	if err == nil && s.onPut != nil {
+		s.onPut(key)
+	}
+	return info, err
+}
+
+// Get implements store.Store.
+func (s *simStore) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	s.wait("GetObject")
+	rc, err := s.inner.Get(ctx, key, off, length)
+	if err == nil && s.onGet != nil {
+		s.onGet(key)
+	}
+	return rc, err
+}
+
+// Head implements store.Store.
+func (s *simStore) Head(ctx context.Context, key string) (store.ObjectInfo, error) {
+	s.wait("HeadObject")
+	return s.inner.Head(ctx, key)
+}
+
+// List implements store.Store: one request per page of 1,000 keys.
+func (s *simStore) List(ctx context.Context, prefix, startAfter string, maxKeys int, fn func(store.ObjectInfo) error) error {
+	s.wait("ListObjectsV2")
+	n := 0
+	return s.inner.List(ctx, prefix, startAfter, maxKeys, func(o store.ObjectInfo) error {
+		if n > 0 && n%listPage == 0 {
+			s.wait("ListObjectsV2")
+		}
+		n++
+		return fn(o)
+	})
+}
+
+// Delete implements store.Store.
+func (s *simStore) Delete(ctx context.Context, key string) error {
+	s.wait("DeleteObject")
+	return s.inner.Delete(ctx, key)
+}
+
+// CreateMultipart implements store.Store.
+func (s *simStore) CreateMultipart(ctx context.Context, key string) (string, error) {
+	s.wait("CreateMultipartUpload")
+	return s.inner.CreateMultipart(ctx, key)
+}
+
+// UploadPart implements store.Store.
+func (s *simStore) UploadPart(ctx context.Context, key, uploadID string, n int32, body io.ReadSeeker, size int64, crc32c string) (store.Part, error) {
+	s.wait("UploadPart")
+	return s.inner.UploadPart(ctx, key, uploadID, n, body, size, crc32c)
+}
+
+// ListParts implements store.Store.
+func (s *simStore) ListParts(ctx context.Context, key, uploadID string) ([]store.Part, error) {
+	s.wait("ListParts")
+	return s.inner.ListParts(ctx, key, uploadID)
+}
+
+// CompleteMultipart implements store.Store.
+func (s *simStore) CompleteMultipart(ctx context.Context, key, uploadID string, parts []store.Part) (store.ObjectInfo, error) {
+	s.wait("CompleteMultipartUpload")
+	return s.inner.CompleteMultipart(ctx, key, uploadID, parts)
+}
+
+// AbortMultipart implements store.Store.
+func (s *simStore) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	s.wait("AbortMultipartUpload")
+	return s.inner.AbortMultipart(ctx, key, uploadID)
+}
+
+// ListUploads implements store.Store.
+func (s *simStore) ListUploads(ctx context.Context, prefix string) ([]store.Upload, error) {
+	s.wait("ListMultipartUploads")
+	return s.inner.ListUploads(ctx, prefix)
+}
