@@ -134,12 +134,20 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 			pending = append(pending, pendingOf(&c, "waiting", why, st.since))
 			continue
 		}
+		if due, closed := w.closedAt(&c); closed {
+			if now.Before(due) {
+				pending = append(pending, pendingOf(&c, "settling", "its writers closed its files", st.since))
+				st.due = due
+				next = earliest(next, due)
+				continue
+			}
+			ready = append(ready, c)
+			continue
+		}
 		if due := st.since.Add(e.opts.Settle); now.Before(due) {
 			pending = append(pending, pendingOf(&c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(st.since).Round(100*time.Millisecond), e.opts.Settle), st.since))
 			st.due = due
-			if next.IsZero() || due.Before(next) {
-				next = due
-			}
+			next = earliest(next, due)
 			continue
 		}
 		ready = append(ready, c)
@@ -277,4 +285,21 @@ func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
 	if err := w.tree.scanDir(dir, recursive, w.watchDir); err != nil {
 		w.log.Debug("list folder", zap.String("dir", path.Clean("/"+dir)), zap.Error(err))
 	}
+}
+
+// closedAt reports whether close-write detection vouches for every file of
+// a candidate, and from when (the last close plus closeGrace).
+func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
+	if w.closes == nil {
+		return time.Time{}, false
+	}
+	last, ok := w.closes.closedSince(c.Step.Files, w.tree.abs)
+	return last.Add(closeGrace), ok
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }

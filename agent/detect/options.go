@@ -57,6 +57,11 @@ type Options struct {
 	// detect steps, and a pause of more than Settle inside a save makes a
 	// step look complete too early.
 	NoMarker bool
+	// CloseWrite makes a step whose files their writers have closed (and
+	// left unchanged since) complete without waiting out Settle, on Linux
+	// with fsnotify (see closewrite.go). Steps it cannot vouch for wait out
+	// Settle as before.
+	CloseWrite bool
 	// AlreadyDone, when set, is asked before a step is reported Complete;
 	// true means the caller has already committed it (for example before a
 	// restart), so the step is remembered as reported and no event is sent,

@@ -32,7 +32,12 @@ type Watcher struct {
 
 	fsw        *fsnotify.Watcher
 	watchErred bool
-	running    atomic.Bool
+	// closes holds files known closed by their writers, while Run runs
+	// with Options.CloseWrite; nil otherwise.
+	closes  *closeTracker
+	closeW  *closeWatch
+	closeCh chan struct{}
+	running atomic.Bool
 
 	mu      sync.Mutex
 	forgets []int64
@@ -149,6 +154,10 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 				fsw.Close()
 				w.fsw = nil
 			}()
+			if w.opts.CloseWrite {
+				stop := w.startCloseWatch()
+				defer stop()
+			}
 		}
 	}
 	l := &loop{w: w, ctx: ctx, out: out, dirty: map[string]struct{}{}}
@@ -182,6 +191,8 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 			err = l.rescanAndEvaluate()
 		case <-w.wake:
 			err = l.evaluate(nil)
+		case <-w.closeCh:
+			l.arm() // a writer closed a file: evaluate after the debounce
 		}
 		if err != nil {
 			return l.result(err)
@@ -228,6 +239,11 @@ func (l *loop) event(ev fsnotify.Event) {
 		return
 	}
 	l.dirty[rel] = struct{}{}
+	l.arm()
+}
+
+// arm starts the debounce window unless it runs already.
+func (l *loop) arm() {
 	if !l.armed {
 		l.armed = true
 		l.debounce.Reset(l.w.opts.Debounce)
@@ -297,11 +313,38 @@ func (w *Watcher) watchDir(rel string) {
 	if w.fsw == nil {
 		return
 	}
+	if w.closeW != nil {
+		_ = w.closeW.add(w.tree.abs(rel)) // a folder it misses falls back to settling
+	}
 	if err := w.fsw.Add(w.tree.abs(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if !w.watchErred {
 			w.watchErred = true
 			w.log.Warn("cannot watch folder; it is seen at rescans only (raise fs.inotify.max_user_watches or use polling)",
 				zap.String("dir", w.tree.abs(rel)), zap.Error(err))
 		}
+	}
+}
+
+// startCloseWatch starts the close-write reader for one Run and returns
+// the function that stops it. Without it, steps settle as before.
+func (w *Watcher) startCloseWatch() (stop func()) {
+	t := newCloseTracker()
+	cw, err := startCloseWatch(t)
+	if err != nil {
+		w.log.Info("close-write detection unavailable; steps wait out the settle window", zap.Error(err))
+		return func() {}
+	}
+	w.closes, w.closeW, w.closeCh = t, cw, make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := cw.run(w.closeCh); err != nil {
+			w.log.Warn("close-write detection stopped; steps wait out the settle window", zap.Error(err))
+			t.reset()
+		}
+	})
+	return func() {
+		_ = cw.close()
+		wg.Wait()
+		w.closes, w.closeW, w.closeCh = nil, nil, nil
 	}
 }

@@ -1,0 +1,114 @@
+package detect
+
+import (
+	"os"
+	"sync"
+	"time"
+)
+
+// Close-write detection. A file whose writer has closed it, in a step the
+// layout's rules find complete, need not wait out the settle window: the
+// close is the writer saying it is done. fsnotify does not report closes
+// (IN_CLOSE_WRITE is unexported), so on Linux a second inotify instance of
+// the watcher's own reports them (closewrite_linux.go).
+//
+// Closes are recorded by inode, not by path, so a file written under a
+// temporary name, or in a folder renamed into place (Orbax), is still known
+// closed under its final name. A file is taken as closed only when
+//
+//   - its last inotify event was a close after writing (a later write, from
+//     any descriptor, clears it),
+//   - its size and modification time are those recorded at the close, and
+//   - closeGrace has passed since the close.
+//
+// Anything else falls back to the settle window: files that existed before
+// the agent started, files written from other hosts (NFS, Lustre), polling
+// mode, platforms without inotify, a queue overflow (every record is
+// dropped), and files still open for writing. A writer that keeps writing
+// through a memory mapping after closing its descriptor is not seen by
+// inotify; such writers need CloseWrite off (--close-write=false).
+
+// closeGrace is how long a closed file must stay unchanged before it counts.
+const closeGrace = 200 * time.Millisecond
+
+// fileID identifies a file across renames.
+type fileID struct{ dev, ino uint64 }
+
+// closeRecord is what a file looked like when its writer closed it.
+type closeRecord struct {
+	size    int64
+	modTime time.Time
+	at      time.Time
+}
+
+// closeTracker holds the close records; the inotify reader writes them and
+// evaluations read them.
+type closeTracker struct {
+	mu      sync.Mutex
+	records map[fileID]closeRecord
+}
+
+func newCloseTracker() *closeTracker { return &closeTracker{records: map[fileID]closeRecord{}} }
+
+// closed records that the file at abs was closed after writing, as it is
+// now. It reports false when nothing is at abs (renamed or removed since).
+func (c *closeTracker) closed(abs string, now time.Time) bool {
+	fi, err := os.Lstat(abs)
+	if err != nil {
+		return false
+	}
+	id, ok := idOf(fi)
+	if !ok || !fi.Mode().IsRegular() {
+		return true
+	}
+	c.mu.Lock()
+	c.records[id] = closeRecord{size: fi.Size(), modTime: fi.ModTime(), at: now}
+	c.mu.Unlock()
+	return true
+}
+
+// written records that the file at abs was written: not closed any more.
+func (c *closeTracker) written(abs string) {
+	fi, err := os.Lstat(abs)
+	if err != nil {
+		return
+	}
+	if id, ok := idOf(fi); ok {
+		c.mu.Lock()
+		delete(c.records, id)
+		c.mu.Unlock()
+	}
+}
+
+// reset forgets every record (events were lost).
+func (c *closeTracker) reset() {
+	c.mu.Lock()
+	clear(c.records)
+	c.mu.Unlock()
+}
+
+// closedSince reports whether every file is closed and unchanged since, and
+// when the last of them was closed. abs maps a step path to the disk.
+func (c *closeTracker) closedSince(files []File, abs func(string) string) (time.Time, bool) {
+	var last time.Time
+	for _, f := range files {
+		fi, err := os.Lstat(abs(f.RelPath))
+		if err != nil || fi.Size() != f.Size || !fi.ModTime().Equal(f.ModTime) {
+			return time.Time{}, false
+		}
+		id, ok := idOf(fi)
+		if !ok {
+			return time.Time{}, false
+		}
+		c.mu.Lock()
+		r, ok := c.records[id]
+		c.mu.Unlock()
+		if !ok || r.size != fi.Size() || !r.modTime.Equal(fi.ModTime()) {
+			return time.Time{}, false
+		}
+		if r.at.After(last) {
+			last = r.at
+		}
+	}
+	return last, len(files) > 0
+}

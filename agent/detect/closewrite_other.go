@@ -1,0 +1,20 @@
+//go:build !linux
+
+package detect
+
+import (
+	"errors"
+	"os"
+)
+
+// closeWatch is Linux-only; elsewhere the settle window decides.
+type closeWatch struct{}
+
+func startCloseWatch(*closeTracker) (*closeWatch, error) {
+	return nil, errors.New("close-write detection needs Linux inotify")
+}
+
+func (*closeWatch) add(string) error          { return nil }
+func (*closeWatch) run(chan<- struct{}) error { return nil }
+func (*closeWatch) close() error              { return nil }
+func idOf(os.FileInfo) (fileID, bool)         { return fileID{}, false }
