@@ -31,6 +31,19 @@ import (
 	"github.com/ferrylabs/ferry/uploader"
 )
 
+// WhenBehind policies: which waiting step goes next.
+const (
+	// NewestFirst uploads the newest complete step first and older ones
+	// after it, so the newest durable step lags the trainer by at most the
+	// upload in flight plus its own.
+	NewestFirst = "newest"
+	// OldestFirst uploads in step order: every step, the newest last.
+	OldestFirst = "oldest"
+	// SkipSuperseded uploads the newest complete step and never the older
+	// ones still waiting when a newer one is complete (state "skipped").
+	SkipSuperseded = "skip"
+)
+
 // Defaults for zero Options.
 const (
 	DefaultDrainTimeout = 10 * time.Minute
@@ -81,6 +94,10 @@ type Options struct {
 	DrainTimeout time.Duration
 	// RetryMin and RetryMax bound the backoff between attempts of a step.
 	RetryMin, RetryMax time.Duration
+	// WhenBehind orders the steps waiting for upload when the link falls
+	// behind the trainer: NewestFirst (the default), OldestFirst or
+	// SkipSuperseded.
+	WhenBehind string
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
 	Metrics  *Metrics
@@ -121,6 +138,22 @@ type entry struct {
 	cleanup  bool               // abandoned: its upload state must be discarded
 }
 
+// lastWrite is when the trainer last wrote the step: its newest file's
+// modification time (the last write comes just before the last close),
+// or when it was found complete if that is earlier or unknown.
+func (e *entry) lastWrite() time.Time {
+	var last time.Time
+	for _, f := range e.step.Files {
+		if f.ModTime.After(last) {
+			last = f.ModTime
+		}
+	}
+	if last.IsZero() || last.After(e.complete) {
+		return e.complete
+	}
+	return last
+}
+
 // New checks the options and prepares the state dir (mode 0700) and the
 // watcher. It makes no request.
 func New(opts Options) (*Agent, error) {
@@ -135,6 +168,13 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.RetryMax <= 0 {
 		opts.RetryMax = DefaultRetryMax
+	}
+	switch opts.WhenBehind {
+	case "":
+		opts.WhenBehind = NewestFirst
+	case NewestFirst, OldestFirst, SkipSuperseded:
+	default:
+		return nil, fmt.Errorf("agent: WhenBehind %q: want %s, %s or %s", opts.WhenBehind, NewestFirst, OldestFirst, SkipSuperseded)
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

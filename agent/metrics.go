@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		timeToDurable: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_time_to_durable_seconds",
-			Help:    "Time from a step's completion on disk to its manifest commit.",
+			Help:    "Time from the last write of a step's files (their newest modification time) to its manifest commit.",
 			Buckets: timeToDurableBuckets,
 		}),
 		dedupBytes: f.NewCounter(prometheus.CounterOpts{

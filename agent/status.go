@@ -25,6 +25,9 @@ const (
 	StateFailed StepState = "failed"
 	// StateAbandoned: the trainer deleted the step before it was durable.
 	StateAbandoned StepState = "abandoned"
+	// StateSkipped: with WhenBehind SkipSuperseded, a newer complete step
+	// superseded it before its upload started; it is not uploaded.
+	StateSkipped StepState = "skipped"
 )
 
 // StepStatus describes one step the agent has seen.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -45,11 +46,14 @@ func (a *Agent) work(ctx context.Context) {
 	}
 }
 
-// next returns the oldest step due for upload, or nil and how long until
-// one is due (-1: none is waiting).
+// next returns the step to upload now, as WhenBehind orders them, or nil
+// and how long until one is due (-1: none is waiting).
 func (a *Agent) next() (*entry, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.opts.WhenBehind == SkipSuperseded {
+		a.skipSupersededLocked()
+	}
 	var best *entry
 	wait := time.Duration(-1)
 	now := time.Now()
@@ -57,27 +61,60 @@ func (a *Agent) next() (*entry, time.Duration) {
 		if e.status.State != StatePending && e.status.State != StateFailed {
 			continue
 		}
-		due := e.nextTry
-		if a.draining.Load() {
-			// While draining, retry a failed step rather than sleeping
-			// out its backoff, but not back to back: a step the server
-			// refuses at once (403) would be sent again and again until
-			// the drain timeout.
-			if soon := e.lastTry.Add(a.opts.RetryMin); soon.Before(due) {
-				due = soon
-			}
-		}
-		if d := due.Sub(now); d > 0 {
+		if d := a.dueLocked(e).Sub(now); d > 0 {
 			if wait < 0 || d < wait {
 				wait = d
 			}
 			continue
 		}
-		if best == nil || e.status.Step < best.status.Step {
+		if best == nil || a.before(e, best) {
 			best = e
 		}
 	}
 	return best, wait
+}
+
+// before reports whether e goes before f.
+func (a *Agent) before(e, f *entry) bool {
+	if a.opts.WhenBehind == OldestFirst {
+		return e.status.Step < f.status.Step
+	}
+	return e.status.Step > f.status.Step
+}
+
+// dueLocked is when a waiting step may be tried next.
+func (a *Agent) dueLocked(e *entry) time.Time {
+	due := e.nextTry
+	if a.draining.Load() {
+		// While draining, retry a failed step rather than sleeping out its
+		// backoff, but not back to back: a step the server refuses at once
+		// (403) would be sent again and again until the drain timeout.
+		if soon := e.lastTry.Add(a.opts.RetryMin); soon.Before(due) {
+			due = soon
+		}
+	}
+	return due
+}
+
+// skipSupersededLocked marks skipped every waiting step older than the
+// newest step complete on disk and not failing (waiting, uploading or
+// durable): a newer step that cannot be read or committed supersedes none.
+func (a *Agent) skipSupersededLocked() {
+	newest := int64(-1)
+	for n, e := range a.steps {
+		switch e.status.State {
+		case StatePending, StateUploading, StateCommitted, StateNodeDone:
+			newest = max(newest, n)
+		}
+	}
+	for n, e := range a.steps {
+		if n < newest && (e.status.State == StatePending || e.status.State == StateFailed) && !e.deleted {
+			e.status.State = StateSkipped
+			e.status.Error = fmt.Sprintf("superseded by step %d before its upload started (--when-behind skip)", newest)
+			e.cleanup = e.status.Attempts > 0 // an earlier attempt may have left uploads
+			a.log.Warn("skipping a step: a newer one is complete", zap.Int64("step", n), zap.Int64("newer", newest))
+		}
+	}
 }
 
 // cleanupAbandoned discards the upload state of abandoned steps.
@@ -303,7 +340,7 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		// restart the bucket listing still marks it done.
 		a.log.Error("could not record the committed step in the journal", zap.Int64("step", n), zap.Error(err))
 	}
-	a.opts.Metrics.Committed(n, now.Sub(e.complete))
+	a.opts.Metrics.Committed(n, now.Sub(e.lastWrite()))
 	verb := "committed step"
 	switch {
 	case res.Pending:
@@ -316,7 +353,7 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		verb = "step was already committed with identical content"
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
-		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", now.Sub(e.complete).Round(time.Millisecond)))
+		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", now.Sub(e.lastWrite()).Round(time.Millisecond)))
 	if a.opts.KeepLocal > 0 {
 		a.keepLocal(ctx)
 	}

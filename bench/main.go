@@ -60,7 +60,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per tool and phase")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up rounds per tool and phase (not counted)")
 	fs.StringVar(&tools, "tools", "ferry,aws,s5cmd", "tools to compare")
-	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent,interference", "what to measure")
+	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent,durable,interference", "what to measure")
 	fs.StringVar(&rss, "rss-sizes", "1GiB,16GiB", "single-file sizes for the push peak-RSS check")
 	fs.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle agent")
 	fs.BoolVar(&c.perfProfile, "perf", false, "also record one profiled ferry push and restore with perf (client and server)")

@@ -60,6 +60,19 @@ func (r *report) markdown() string {
 	if r.Agent != "" {
 		p("## Agent\n\n%s\n\n", r.Agent)
 	}
+	if d := r.Durable; d != nil {
+		p("## Time to durable\n\nFrom the trainer's last write of a step to its manifest on the server (medians of %d alternated runs):\n\n", durableRounds)
+		p("| step | close-write | runs (s) | median |\n|---|---|---|---:|\n")
+		for _, c := range d.Cases {
+			p("| %s | %v | %v | %.2f s |\n", c.Name, c.CloseWrite, c.Runs, c.MedianS)
+		}
+		p("\nNewest-step lag: %d steps of 2 x %s written every %v, upload capped at %s:\n\n", lagSteps, fmtSize(lagSize), lagInterval, lagBandwidth)
+		p("| --when-behind | worst wait for a step as new to be durable | last step | committed by then |\n|---|---:|---:|---:|\n")
+		for _, l := range d.Lag {
+			p("| %s | %.1f s | %.1f s | %d of %d |\n", l.Policy, l.MaxLagS, l.LastStepS, l.Committed, l.Steps)
+		}
+		p("\n")
+	}
 	if len(r.Targets) > 0 {
 		p("## Targets\n\n| target | this run | limit | met |\n|---|---:|---:|---|\n")
 		for _, t := range r.Targets {

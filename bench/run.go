@@ -95,6 +95,11 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.has("agent") {
 		b.agentPhase(ctx)
 	}
+	if cfg.has("durable") {
+		if err := b.durablePhase(ctx); err != nil {
+			b.rep.note("durable: %v", err)
+		}
+	}
 	if cfg.has("interference") {
 		if err := b.interferencePhase(ctx); err != nil {
 			b.rep.note("interference: %v", err)

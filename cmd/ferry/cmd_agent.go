@@ -46,6 +46,8 @@ type agentOptions struct {
 	keepRemote    int
 	allowEmpty    bool
 	priority      string
+	closeWrite    bool
+	whenBehind    string
 }
 
 func newAgentCommand() *cli.Command {
@@ -67,6 +69,10 @@ func newAgentCommand() *cli.Command {
 			&cli.IntFlag{Name: "keep-local", EnvVars: []string{"FERRY_KEEP_LOCAL"}, Usage: "after a commit, delete local files of committed steps beyond the `N` newest (0: never delete)"},
 			&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics and /healthz `ADDR` (\"off\" disables)"},
 			&cli.DurationFlag{Name: "settle", Value: detect.DefaultSettle, EnvVars: []string{"FERRY_SETTLE"}, Usage: "how long a step's files must stay unchanged before upload"},
+			&cli.BoolFlag{Name: "close-write", Value: true, EnvVars: []string{"FERRY_CLOSE_WRITE"},
+				Usage: "a step whose writers closed its files is ready at once (Linux inotify); false: every step waits out --settle"},
+			&cli.StringFlag{Name: "when-behind", Value: agent.NewestFirst, EnvVars: []string{"FERRY_WHEN_BEHIND"},
+				Usage: "which waiting step goes first when the link falls behind: newest (older ones follow), oldest (in order), skip (older waiting steps are not uploaded)"},
 			&cli.DurationFlag{Name: "rescan-interval", Value: detect.DefaultRescan, EnvVars: []string{"FERRY_RESCAN_INTERVAL"}, Usage: "full rescan interval (events are the main signal)"},
 			&cli.BoolFlag{Name: "poll", EnvVars: []string{"FERRY_POLL"}, Usage: "poll instead of inotify (NFS, Lustre, FUSE)"},
 			&cli.DurationFlag{Name: "poll-interval", Value: detect.DefaultPollInterval, EnvVars: []string{"FERRY_POLL_INTERVAL"}, Usage: "rescan interval with --poll"},
@@ -104,6 +110,8 @@ func newAgentCommand() *cli.Command {
 				keepRemote:    c.Int("keep-remote"),
 				allowEmpty:    c.Bool("allow-empty"),
 				priority:      c.String("priority"),
+				closeWrite:    c.Bool("close-write"),
+				whenBehind:    c.String("when-behind"),
 			}
 			var err error
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
@@ -202,8 +210,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		Detect: detect.Options{
 			Dir: o.watch, Layout: o.layout, Settle: o.settle, Rescan: o.rescan,
 			Poll: o.poll, PollInterval: o.pollInterval, StepPattern: o.stepPattern,
-			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker,
+			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker, CloseWrite: o.closeWrite,
 		},
+		WhenBehind: o.whenBehind,
 		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth),
 			DropCache: true},
 		StateDir:     stateDir,
