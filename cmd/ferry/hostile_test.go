@@ -137,8 +137,10 @@ func TestCLIRestoreRejectsHostileManifests(t *testing.T) {
 			expect: []string{"files[0].key", "elsewhere/data/model.pt"}},
 		{name: "key escaping the prefix", files: []entry{{path: "model.pt", key: "%s/data/../../elsewhere/model.pt"}},
 			expect: []string{"files[0].key"}},
-		{name: "format version 2", files: []entry{{path: "model.pt"}}, mod: func(m *manifest.Manifest) { m.Format = "2.0" },
-			expect: []string{"field format", `"2.0" not supported`}},
+		{name: "format version 3", files: []entry{{path: "model.pt"}}, mod: func(m *manifest.Manifest) { m.Format = "3.0" },
+			expect: []string{"field format", `"3.0" not supported`}},
+		{name: "format 2 without shards", files: []entry{{path: "model.pt"}}, mod: func(m *manifest.Manifest) { m.Format = "2.0" },
+			expect: []string{"field shards", "needs at least one"}},
 		{name: "no format version", files: []entry{{path: "model.pt"}}, mod: func(m *manifest.Manifest) { m.Format = "" },
 			expect: []string{"field format", "missing"}},
 	}
