@@ -78,78 +78,25 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 	if err != nil {
 		return nil, err
 	}
-	p := &plan{root: root}
-	// Nothing is written while planning, so what the disk holds at a path
-	// is looked up once: 100,000 files in a few folders cost a few lstats,
-	// not one per file and parent.
-	type seen struct {
-		k      kind
-		target string
-		err    error
-	}
-	lookups := map[string]seen{}
-	disk := func(rel string) (kind, string, error) {
-		if s, ok := lookups[rel]; ok {
-			return s.k, s.target, s.err
-		}
-		k, target, err := diskLookup(root, rel)
-		lookups[rel] = seen{k, target, err}
-		return k, target, err
-	}
-	missing := func(dir string) bool {
-		if dir == "" {
-			_, err := os.Lstat(root)
-			return errors.Is(err, fs.ErrNotExist)
-		}
-		s, ok := lookups[dir]
-		return ok && s.err == nil && s.k == kindNone
-	}
-	rootMissing := missing("")
-	inside := func(target string) (string, bool) { return insideRoot(target, root, alias) }
-
-	phys := make(map[string]string, len(m.Files)+len(m.Symlinks)) // physical rel path -> manifest path
-	dirs := map[string]string{}                                   // physical rel directories holding entries -> a manifest path below
-	through := map[string]string{}                                // every rel path a parent lookup visited -> manifest path
-	claim := func(mpath string) (string, error) {
-		if err := checkRel(mpath); err != nil {
-			return "", err
-		}
-		parent, err := resolve("", dirOf(mpath), true, disk, inside, func(rel string) { through[rel] = mpath })
-		if errors.Is(err, errOutside) {
-			return "", fmt.Errorf("%s: parent directory %w", mpath, err)
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", mpath, err)
-		}
-		rel := joinRel(parent, path.Base(mpath))
-		if other, dup := phys[rel]; dup {
-			return "", fmt.Errorf("%s: same file on disk as %s", mpath, other)
-		}
-		phys[rel] = mpath
-		for d := dirOf(rel); d != ""; d = dirOf(d) {
-			dirs[d] = mpath
-			through[d] = mpath
-		}
-		return rel, nil
-	}
-
+	pl := newPlanner(root, alias, len(m.Files)+len(m.Symlinks))
+	p := &plan{root: root, files: make([]fileJob, 0, len(m.Files))}
 	fileRel := make(map[string]bool, len(m.Files))
-	p.files = make([]fileJob, 0, len(m.Files))
+	rootMissing := pl.missing("")
 	for _, f := range m.Files {
 		if want != nil && !want(f) {
 			continue
 		}
-		rel, err := claim(f.Path)
+		rel, err := pl.claim(f.Path)
 		if err != nil {
 			return nil, err
 		}
 		fileRel[rel] = true
-		absent := rootMissing || (dirOf(rel) != "" && missing(dirOf(rel)))
+		absent := rootMissing || (dirOf(rel) != "" && pl.missing(dirOf(rel)))
 		p.files = append(p.files, fileJob{file: f, rel: filepath.FromSlash(rel), abs: filepath.Join(root, filepath.FromSlash(rel)), absent: absent})
 	}
 	linkRel := map[string]string{}
 	for _, l := range m.Symlinks {
-		rel, err := claim(l.Path)
+		rel, err := pl.claim(l.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -159,19 +106,90 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 	// No write may pass through another entry: "a" restored as a file or a
 	// link and "a/b" reached through an existing symlink would write through
 	// it, or depend on which of the two is placed first.
-	for rel, by := range through {
-		if other, ok := phys[rel]; ok {
+	for rel, by := range pl.through {
+		if other, ok := pl.phys[rel]; ok {
 			return nil, fmt.Errorf("%s: its path on disk passes through %s, which is not a directory", by, other)
 		}
 	}
 	if err := p.checkExisting(); err != nil {
 		return nil, err
 	}
-	if err := p.checkLinkTargets(fileRel, linkRel, dirs, inside); err != nil {
+	if err := p.checkLinkTargets(fileRel, linkRel, pl.dirs, pl.inside); err != nil {
 		return nil, err
 	}
-	p.mkdir = missingDirs(root, dirs)
+	p.mkdir = missingDirs(root, pl.dirs)
 	return p, nil
+}
+
+// planner resolves manifest paths against the disk for makePlan.
+type planner struct {
+	root, alias string
+	// Nothing is written while planning, so what the disk holds at a path
+	// is looked up once: 100,000 files in a few folders cost a few lstats,
+	// not one per file and parent.
+	lookups map[string]lookup
+	phys    map[string]string // physical rel path -> manifest path
+	dirs    map[string]string // physical rel directories holding entries -> a manifest path below
+	through map[string]string // every rel path a parent lookup visited -> manifest path
+}
+
+type lookup struct {
+	k      kind
+	target string
+	err    error
+}
+
+func newPlanner(root, alias string, entries int) *planner {
+	return &planner{root: root, alias: alias, lookups: map[string]lookup{}, phys: make(map[string]string, entries),
+		dirs: map[string]string{}, through: map[string]string{}}
+}
+
+// disk is diskLookup, once per path.
+func (pl *planner) disk(rel string) (kind, string, error) {
+	if s, ok := pl.lookups[rel]; ok {
+		return s.k, s.target, s.err
+	}
+	k, target, err := diskLookup(pl.root, rel)
+	pl.lookups[rel] = lookup{k, target, err}
+	return k, target, err
+}
+
+// missing reports whether planning saw the folder dir absent from disk.
+func (pl *planner) missing(dir string) bool {
+	if dir == "" {
+		_, err := os.Lstat(pl.root)
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	s, ok := pl.lookups[dir]
+	return ok && s.err == nil && s.k == kindNone
+}
+
+func (pl *planner) inside(target string) (string, bool) { return insideRoot(target, pl.root, pl.alias) }
+
+// claim resolves a manifest path's parent on disk and records the physical
+// path the entry will take, refusing one that leaves the root or that
+// another entry already takes.
+func (pl *planner) claim(mpath string) (string, error) {
+	if err := checkRel(mpath); err != nil {
+		return "", err
+	}
+	parent, err := resolve("", dirOf(mpath), true, pl.disk, pl.inside, func(rel string) { pl.through[rel] = mpath })
+	if errors.Is(err, errOutside) {
+		return "", fmt.Errorf("%s: parent directory %w", mpath, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", mpath, err)
+	}
+	rel := joinRel(parent, path.Base(mpath))
+	if other, dup := pl.phys[rel]; dup {
+		return "", fmt.Errorf("%s: same file on disk as %s", mpath, other)
+	}
+	pl.phys[rel] = mpath
+	for d := dirOf(rel); d != ""; d = dirOf(d) {
+		pl.dirs[d] = mpath
+		pl.through[d] = mpath
+	}
+	return rel, nil
 }
 
 // resolveRoot returns the target directory with symlinks resolved, and its

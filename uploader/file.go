@@ -260,18 +260,9 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	nparts := int32((stamp.Size + partSize - 1) / partSize)
 	parts := make([]store.Part, nparts)
 	var pg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-	}
+	var errs firstError
 	h := blake3.New()
-	for i := int32(0); i < nparts; i++ {
-		n := i + 1
+	for i := int32(0); i < nparts && errs.get() == nil; i++ {
 		off := int64(i) * partSize
 		size := min(partSize, stamp.Size-off)
 		var crc uint32
@@ -282,47 +273,32 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 			return "", err
 		}
 		sum := store.EncodeCRC32C(crc)
-		if p, ok := held[n]; ok && p.Size == size && p.CRC32C == sum {
+		if p, ok := held[i+1]; ok && p.Size == size && p.CRC32C == sum {
 			parts[i] = p
 			u.stats.resumed.Add(1)
 			u.durable(size)
 			continue
 		}
-		mu.Lock()
-		stop := firstErr
-		mu.Unlock()
-		if stop != nil {
-			break
-		}
 		// The hasher takes the slot and hands it to the request, so it never
 		// runs more than one part ahead of the sends.
 		if err := u.acquire(ctx); err != nil {
-			fail(err)
+			errs.set(err)
 			break
 		}
 		pg.Add(1)
 		g.Go(func() error {
 			defer pg.Done()
-			err := u.sendHeld(ctx, size, func() error {
-				p, err := u.opts.Store.UploadPart(ctx, f.Key, up.UploadID, n, u.body(ctx, fh, off, size), size, sum)
-				if err != nil {
-					return err
-				}
-				p.Size = size
-				parts[n-1] = p
-				return nil
-			})
+			p, err := u.sendPart(ctx, fh, f, up.UploadID, i+1, off, size, sum)
 			if err != nil {
-				fail(u.explain(f, stamp, fmt.Errorf("upload part %d: %w", n, err)))
-			} else {
-				u.stats.parts.Add(1)
+				errs.set(u.explain(f, stamp, fmt.Errorf("upload part %d: %w", i+1, err)))
 			}
+			parts[i] = p
 			return nil
 		})
 	}
 	pg.Wait()
-	if firstErr != nil {
-		return "", firstErr
+	if err := errs.get(); err != nil {
+		return "", err
 	}
 	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
 		return "", err
@@ -334,6 +310,45 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 		return pre.blake3, nil
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sendPart uploads part n (bytes off..off+size of the file) in the slot
+// the caller acquired.
+func (u *Uploader) sendPart(ctx context.Context, fh *os.File, f File, uploadID string, n int32, off, size int64, sum string) (store.Part, error) {
+	var part store.Part
+	err := u.sendHeld(ctx, size, func() error {
+		p, err := u.opts.Store.UploadPart(ctx, f.Key, uploadID, n, u.body(ctx, fh, off, size), size, sum)
+		if err != nil {
+			return err
+		}
+		p.Size = size
+		part = p
+		return nil
+	})
+	if err == nil {
+		u.stats.parts.Add(1)
+	}
+	return part, err
+}
+
+// firstError keeps the first error of concurrent work.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *firstError) set(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.mu.Unlock()
+}
+
+func (e *firstError) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
 }
 
 // openUpload returns the multipart upload to use for f: the one recorded in

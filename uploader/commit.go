@@ -1,0 +1,100 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
+	st := opts.Upload.Store
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if opts.Nodes <= 1 {
+		m := &manifest.Manifest{
+			Format:   manifest.FormatVersion,
+			Step:     opts.Step,
+			Created:  now,
+			Files:    entries,
+			Symlinks: opts.Tree.Symlinks,
+		}
+		existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
+		if !committed && err == nil && referencesAny(existing.Files, entries, attemptPrefix) {
+			// Our own write succeeded but its response was lost: the retry
+			// found our manifest. It references our objects; keep them.
+			committed = true
+		}
+		return PushResult{Manifest: existing, Committed: committed}, committed, err
+	}
+	part := &manifest.Part{
+		Format:   manifest.FormatVersion,
+		Step:     opts.Step,
+		NodeRank: opts.NodeRank,
+		Nodes:    opts.Nodes,
+		Run:      opts.Run,
+		Created:  now,
+		Files:    entries,
+		Symlinks: opts.Tree.Symlinks,
+	}
+	nc, err := manifest.CommitNodePart(ctx, st, opts.Prefix, part)
+	res := completionResult(nc.Completion)
+	res.Part = nc.Part
+	res.Pending = err == nil && !nc.Done()
+	if err == nil {
+		logNodeCommit(opts, res)
+	}
+	// With an error after the part was written, the part references the
+	// objects: keep them. A part found in place that names our objects is
+	// ours too (the response to our write was lost).
+	referenced := nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, manifest.ErrPartConflict)) ||
+		(nc.Part != nil && referencesAny(nc.Part.Files, entries, attemptPrefix))
+	return res, referenced, err
+}
+
+func referencesAny(files, entries []manifest.File, attemptPrefix string) bool {
+	keys := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Key, attemptPrefix) {
+			keys[e.Key] = true
+		}
+	}
+	for _, f := range files {
+		if keys[f.Key] {
+			return true
+		}
+	}
+	return false
+}
+
+func completionResult(c manifest.Completion) PushResult {
+	return PushResult{Manifest: c.Manifest, Committed: c.Committed, ByPeer: c.ByPeer, PartsPresent: c.Present, FirstMissing: c.FirstMissing}
+}
+
+func logNodeCommit(opts PushOptions, res PushResult) {
+	log := opts.Upload.Logger
+	switch {
+	case res.Committed:
+		log.Info("all nodes' parts present; committed the step", zap.Int64("step", opts.Step), zap.Int("nodes", opts.Nodes))
+	case res.ByPeer:
+		log.Info("all nodes' parts present; another node committed the step", zap.Int64("step", opts.Step), zap.Int("nodes", opts.Nodes))
+	case res.Pending:
+		log.Info("node part durable; the step commits when every node's part is there",
+			zap.Int64("step", opts.Step), zap.Int("node_rank", opts.NodeRank), zap.Int("first_missing_node", res.FirstMissing), zap.Int("nodes", opts.Nodes))
+	}
+}
+
+func deleteAttempt(ctx context.Context, st store.Store, attemptPrefix string, files []manifest.File, log *zap.Logger) {
+	for _, f := range files {
+		if !strings.HasPrefix(f.Key, attemptPrefix) {
+			continue
+		}
+		if err := st.Delete(ctx, f.Key); err != nil {
+			log.Warn("could not delete an unreferenced object", zap.String("key", f.Key), zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package uploader
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/zeebo/blake3"
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+func findCommitted(ctx context.Context, opts PushOptions) (*manifest.Manifest, int64, error) {
+	st := opts.Upload.Store
+	step := opts.Step
+	if !opts.NoDedup {
+		found, err := manifest.StepAtOrBefore(ctx, st, opts.Prefix, step)
+		switch {
+		case errors.Is(err, manifest.ErrNoCheckpoint):
+			return nil, -1, nil
+		case err != nil:
+			return nil, -1, fmt.Errorf("push step %d: check for a committed manifest: %w", step, err)
+		case found < step:
+			return nil, found, nil
+		}
+	}
+	m, err := manifest.Get(ctx, st, opts.Prefix, step)
+	switch {
+	case err == nil:
+		return m, -1, nil
+	case errors.Is(err, manifest.ErrNoCheckpoint):
+		// Not committed (or, listed a moment ago, pruned since).
+		return nil, -1, nil
+	}
+	return nil, -1, fmt.Errorf("push step %d: check for a committed manifest: %w", step, err)
+}
+
+func previousFiles(ctx context.Context, opts PushOptions, step int64) (map[string]manifest.File, error) {
+	st, log := opts.Upload.Store, opts.Upload.Logger
+	m, err := manifest.Get(ctx, st, opts.Prefix, step)
+	if err == nil {
+		out := make(map[string]manifest.File, len(m.Files))
+		for _, f := range m.Files {
+			if k := dedupKey(f.Path, opts.Root); k != "" {
+				if _, dup := out[k]; !dup {
+					out[k] = f
+				}
+			}
+		}
+		return out, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("read the previous step's manifest: %w", ctx.Err())
+	}
+	log.Warn("cannot read the previous step's manifest; uploading every file", zap.Int64("step", opts.Step),
+		zap.Int64("previous_step", step), zap.Error(err))
+	return nil, nil
+}
+
+func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifest) (PushResult, error) {
+	local, stats, err := hashLocal(ctx, opts)
+	if err != nil {
+		return PushResult{}, err
+	}
+	same := manifest.SameContent(prev, local)
+	if opts.Nodes > 1 {
+		same = manifest.Contains(prev, local)
+	}
+	if !same {
+		return PushResult{Manifest: prev, Stats: stats}, fmt.Errorf("push step %d: %w (compare with `ferry show --step %d`)", opts.Step, manifest.ErrConflict, opts.Step)
+	}
+	return PushResult{Manifest: prev, Committed: false, Stats: stats}, nil
+}
+
+func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part) (PushResult, error) {
+	local, stats, err := hashLocal(ctx, opts)
+	if err != nil {
+		return PushResult{}, err
+	}
+	stored := &manifest.Manifest{Step: part.Step, Files: part.Files, Symlinks: part.Symlinks}
+	if !manifest.SameContent(stored, local) {
+		return PushResult{Part: part, Stats: stats}, fmt.Errorf("push step %d: node %d of %d: %w (its files changed since it pushed them)",
+			opts.Step, opts.NodeRank, opts.Nodes, manifest.ErrPartConflict)
+	}
+	if opts.StateDir != "" {
+		// A state file left by a run killed between the part and its
+		// removal: every upload it records is complete and referenced.
+		_ = os.Remove(statePath(opts.StateDir, stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)))
+	}
+	c, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, partSet(opts), opts.NodeRank)
+	res := completionResult(c)
+	res.Part, res.Pending, res.Stats = part, err == nil && !c.Done(), stats
+	if err != nil {
+		return res, fmt.Errorf("push step %d: %w", opts.Step, err)
+	}
+	logNodeCommit(opts, res)
+	return res, nil
+}
+
+func hashLocal(ctx context.Context, opts PushOptions) (*manifest.Manifest, Stats, error) {
+	local := &manifest.Manifest{Step: opts.Step, Symlinks: opts.Tree.Symlinks}
+	for _, b := range opts.Blobs {
+		sum := blake3.Sum256(b.Data)
+		local.Files = append(local.Files, manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:])})
+	}
+	var hashed int64
+	for _, f := range opts.Tree.Files {
+		sum, n, err := HashFile(ctx, f.LocalPath)
+		if err != nil {
+			return nil, Stats{}, fmt.Errorf("push step %d: hash %s: %w", opts.Step, f.RelPath, err)
+		}
+		hashed += n
+		local.Files = append(local.Files, manifest.File{Path: f.RelPath, Size: n, BLAKE3: sum})
+	}
+	return local, Stats{BytesHashed: hashed}, nil
+}
+
+func HashFile(ctx context.Context, path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := blake3.New()
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", 0, err
+		}
+		r, err := f.Read(*bp)
+		h.Write((*bp)[:r])
+		n += int64(r)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", 0, err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
