@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -365,114 +364,6 @@ func (a *Agent) loadRemote(ctx context.Context) error {
 		a.watcher.SetCounterFloor(newest + 1)
 	}
 	return nil
-}
-
-// handle applies one watcher event. It never blocks on uploads.
-func (a *Agent) handle(ev detect.Event) {
-	n := ev.Step.Number
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	defer a.changedLocked()
-	e := a.steps[n]
-	switch ev.Kind {
-	case detect.Complete:
-		if e != nil && e.status.State == StateUploading {
-			// Re-reported after a change while uploading: the running
-			// upload is cancelled by the Deleted event that preceded this
-			// one; queue the new content behind it.
-			e.deleted = true
-			if e.cancel != nil {
-				e.cancel()
-			}
-		}
-		a.steps[n] = &entry{
-			step:     ev.Step,
-			complete: time.Now(),
-			status: StepStatus{Step: n, State: StatePending, Files: len(ev.Step.Files) + len(ev.Step.Generated),
-				Bytes: ev.Step.TotalBytes(), Detected: time.Now().UTC()},
-		}
-		a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(ev.Step.Files)), zap.Int64("bytes", ev.Step.TotalBytes()))
-	case detect.Deleted:
-		if e == nil || e.status.State == StateCommitted || e.status.State == StateNodeDone || e.status.State == StateAbandoned {
-			return
-		}
-		reason := "deleted by the trainer"
-		if errors.Is(ev.Err, detect.ErrChanged) {
-			reason = "changed on disk after it looked complete"
-		}
-		a.log.Warn("step not durable yet; abandoning its upload", zap.Int64("step", n), zap.String("reason", reason))
-		e.deleted = true
-		e.status.Error = reason
-		if e.cancel != nil {
-			e.cancel() // the worker abandons the upload when Push returns
-		} else {
-			// An earlier, interrupted attempt may have left uploads
-			// behind: the worker cleans them up.
-			e.status.State = StateAbandoned
-			e.cleanup = true
-		}
-	case detect.Error:
-		msg := fmt.Sprintf("step %d cannot be read: %v", n, ev.Err)
-		a.lastErr = msg
-		a.opts.Metrics.Error("detect")
-		a.log.Error("checkpoint cannot be read", zap.Int64("step", n), zap.Error(ev.Err))
-		if e == nil {
-			e = &entry{step: ev.Step, status: StepStatus{Step: n, Detected: time.Now().UTC()}}
-			a.steps[n] = e
-		}
-		if e.status.State != StateUploading {
-			e.status.State = StateFailed
-			e.status.Error = msg
-			e.nextTry = time.Now().Add(a.opts.RetryMax) // retried when detect reports it Complete
-		}
-	}
-	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (a *Agent) queueDepthLocked() int {
-	d := 0
-	for _, e := range a.steps {
-		if e.status.State == StatePending || e.status.State == StateFailed {
-			d++
-		}
-	}
-	return d
-}
-
-// changedLocked wakes Flush waiters.
-func (a *Agent) changedLocked() {
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
-
-func (a *Agent) notify() {
-	a.mu.Lock()
-	a.changedLocked()
-	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-// unfinished returns the steps seen complete that are neither committed
-// nor abandoned, sorted.
-func (a *Agent) unfinished() []int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []int64
-	for n, e := range a.steps {
-		switch e.status.State {
-		case StatePending, StateUploading, StateFailed:
-			out = append(out, n)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }
 
 // lastCommitted returns the highest committed step known locally, or -1.

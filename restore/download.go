@@ -1,13 +1,11 @@
 package restore
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -59,174 +57,6 @@ const writebackStep = 32 << 20
 // to the manifest's BLAKE3 twice in a row: the stored object is not what
 // was committed, which downloading again will not fix.
 var ErrHashMismatch = errors.New("BLAKE3 mismatch")
-
-// transfer is one download attempt of one file into a temp file. Workers
-// fetch its chunks in any order, write them with WriteAt and hash each one
-// as it passes through their buffer: chunks are power-of-two sized and
-// aligned, so each is a complete subtree of the file's BLAKE3 tree, and the
-// file's goroutine combines the chunks' roots once all have ended.
-type transfer struct {
-	job    *fileJob
-	seq    int // position in the plan: lower is fetched first
-	f      *os.File
-	chunk  int64
-	chunks int
-	// align is the direct I/O alignment of f's writes, 0 when buffered.
-	// Direct writes are whole blocks: the file's last one is padded and the
-	// file truncated to its size before it is placed.
-	align int64
-
-	// Owned by the queue's lock.
-	next   int            // next chunk to hand out
-	hindex int            // position in the heap, -1 when not queued
-	active sync.WaitGroup // chunks handed out and not yet finished
-
-	mu      sync.Mutex
-	nodes   []blake3tree.Node // per chunk, set when its GET has ended
-	ended   int               // chunks whose GETs are over, checks included
-	err     error
-	written int64         // bytes written by workers, for Result.BytesDownloaded
-	wake    chan struct{} // signalled when a chunk ends or err is set
-}
-
-func newTransfer(job *fileJob, seq int, f *os.File, chunk, align int64) *transfer {
-	n := int((job.file.Size + chunk - 1) / chunk)
-	return &transfer{job: job, seq: seq, f: f, chunk: chunk, chunks: n, align: align, hindex: -1,
-		nodes: make([]blake3tree.Node, n), wake: make(chan struct{}, 1)}
-}
-
-// span returns the byte range [off, end) of chunk i.
-func (t *transfer) span(i int) (off, end int64) {
-	off = int64(i) * t.chunk
-	return off, min(off+t.chunk, t.job.file.Size)
-}
-
-// wrote records n more bytes written and returns the attempt's total.
-func (t *transfer) wrote(n int64) int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.written += n
-	return t.written
-}
-
-// fail records the first error of any chunk for the file's goroutine.
-func (t *transfer) fail(err error) {
-	t.mu.Lock()
-	if t.err == nil {
-		t.err = err
-	}
-	t.mu.Unlock()
-	t.signal()
-}
-
-func (t *transfer) signal() {
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
-}
-
-// chunkEnded records that chunk i's GET is over, with the root of the
-// chunk's hash subtree.
-func (t *transfer) chunkEnded(i int, n blake3tree.Node) {
-	t.mu.Lock()
-	t.nodes[i] = n
-	t.ended++
-	t.mu.Unlock()
-	t.signal()
-}
-
-func (t *transfer) state() (ended bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ended == t.chunks, t.err
-}
-
-// queue hands chunks to workers, always from the queued file with the
-// lowest sequence number, so files finish in plan order and few temp files
-// are partly written at any time, while all ranges of all files share one
-// pool of workers.
-type queue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	h      transferHeap
-	closed bool
-}
-
-func newQueue() *queue {
-	q := &queue{}
-	q.cond = sync.NewCond(&q.mu)
-	return q
-}
-
-func (q *queue) push(t *transfer) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if t.chunks > 0 {
-		heap.Push(&q.h, t)
-		q.cond.Signal()
-	}
-}
-
-// pop waits for a chunk and reports false once the queue is closed.
-func (q *queue) pop() (*transfer, int, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.h) == 0 && !q.closed {
-		q.cond.Wait()
-	}
-	if q.closed {
-		return nil, 0, false
-	}
-	t := q.h[0]
-	i := t.next
-	t.next++
-	if t.next == t.chunks {
-		heap.Pop(&q.h)
-	}
-	t.active.Add(1)
-	return t, i, true
-}
-
-// drop withdraws a transfer's remaining chunks and waits for the ones
-// workers hold, after which nobody writes to its file any more.
-func (q *queue) drop(t *transfer) {
-	q.mu.Lock()
-	if t.hindex >= 0 {
-		heap.Remove(&q.h, t.hindex)
-	}
-	q.mu.Unlock()
-	t.active.Wait()
-}
-
-func (q *queue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.cond.Broadcast()
-	q.mu.Unlock()
-}
-
-type transferHeap []*transfer
-
-func (h transferHeap) Len() int           { return len(h) }
-func (h transferHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
-func (h transferHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hindex, h[j].hindex = i, j
-}
-func (h *transferHeap) Push(x any) {
-	t := x.(*transfer)
-	t.hindex = len(*h)
-	*h = append(*h, t)
-}
-func (h *transferHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	t.hindex = -1
-	return t
-}
 
 // worker fetches chunks until the queue closes. Chunk errors go to the
 // chunk's file, whose goroutine reports them with the file's name.

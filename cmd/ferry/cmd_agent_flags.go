@@ -1,0 +1,40 @@
+package main
+
+import (
+	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/uploader"
+	"github.com/urfave/cli/v2"
+)
+
+// agentFlags are `ferry agent`'s flags, each with its FERRY_* variable.
+func agentFlags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "config", EnvVars: []string{"FERRY_CONFIG"}, Usage: "`FILE` of FERRY_NAME=value lines"},
+		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to"},
+		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix`"},
+		&cli.StringFlag{Name: "layout", Value: "auto", EnvVars: []string{"FERRY_LAYOUT"}, Usage: "checkpoint layout: " + joinNames(detect.LayoutNames())},
+		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "base of the journal, upload state and control socket, kept per watch dir and destination under agents/ (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
+		&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "upload requests in flight"},
+		&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size"},
+		&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate, e.g. 800MiB/s (default: unlimited)"},
+		&cli.IntFlag{Name: "keep-local", EnvVars: []string{"FERRY_KEEP_LOCAL"}, Usage: "after a commit, delete local files of committed steps beyond the `N` newest (0: never delete)"},
+		&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics and /healthz `ADDR` (\"off\" disables)"},
+		&cli.DurationFlag{Name: "settle", Value: detect.DefaultSettle, EnvVars: []string{"FERRY_SETTLE"}, Usage: "how long a step's files must stay unchanged before upload"},
+		&cli.BoolFlag{Name: "close-write", Value: true, EnvVars: []string{"FERRY_CLOSE_WRITE"},
+			Usage: "a step whose writers closed its files is ready at once (Linux inotify); false: every step waits out --settle"},
+		&cli.StringFlag{Name: "when-behind", Value: agent.NewestFirst, EnvVars: []string{"FERRY_WHEN_BEHIND"},
+			Usage: "which waiting step goes first when the link falls behind: newest (older ones follow), oldest (in order), skip (older waiting steps are not uploaded)"},
+		&cli.DurationFlag{Name: "rescan-interval", Value: detect.DefaultRescan, EnvVars: []string{"FERRY_RESCAN_INTERVAL"}, Usage: "full rescan interval (events are the main signal)"},
+		&cli.BoolFlag{Name: "poll", EnvVars: []string{"FERRY_POLL"}, Usage: "poll instead of inotify (NFS, Lustre, FUSE)"},
+		&cli.DurationFlag{Name: "poll-interval", Value: detect.DefaultPollInterval, EnvVars: []string{"FERRY_POLL_INTERVAL"}, Usage: "rescan interval with --poll"},
+		&cli.StringFlag{Name: "step-pattern", EnvVars: []string{"FERRY_STEP_PATTERN"}, Usage: "`REGEX` reading the step from a name (flat and dcp layouts)"},
+		&cli.IntFlag{Name: "expected-ranks", EnvVars: []string{"FERRY_EXPECTED_RANKS"}, Usage: "ranks saving on this node; a step waits for all of them (0: unknown)"},
+		&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
+		allowEmptyStepFlag(),
+		&cli.StringFlag{Name: "priority", Value: "low", EnvVars: []string{"FERRY_PRIORITY"},
+			Usage: "CPU and I/O priority: low (SCHED_IDLE, or nice 19; I/O best-effort 7) yields to the trainer, normal keeps the caller's"},
+		&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
+	}, append(nodeFlags(), commonFlags()...)...)
+}

@@ -1,0 +1,92 @@
+package restore
+
+import (
+	"container/heap"
+	"sync"
+)
+
+// queue hands chunks to workers, always from the queued file with the
+// lowest sequence number, so files finish in plan order and few temp files
+// are partly written at any time, while all ranges of all files share one
+// pool of workers.
+type queue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	h      transferHeap
+	closed bool
+}
+
+func newQueue() *queue {
+	q := &queue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *queue) push(t *transfer) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t.chunks > 0 {
+		heap.Push(&q.h, t)
+		q.cond.Signal()
+	}
+}
+
+// pop waits for a chunk and reports false once the queue is closed.
+func (q *queue) pop() (*transfer, int, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.h) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return nil, 0, false
+	}
+	t := q.h[0]
+	i := t.next
+	t.next++
+	if t.next == t.chunks {
+		heap.Pop(&q.h)
+	}
+	t.active.Add(1)
+	return t, i, true
+}
+
+// drop withdraws a transfer's remaining chunks and waits for the ones
+// workers hold, after which nobody writes to its file any more.
+func (q *queue) drop(t *transfer) {
+	q.mu.Lock()
+	if t.hindex >= 0 {
+		heap.Remove(&q.h, t.hindex)
+	}
+	q.mu.Unlock()
+	t.active.Wait()
+}
+
+func (q *queue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+type transferHeap []*transfer
+
+func (h transferHeap) Len() int           { return len(h) }
+func (h transferHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h transferHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hindex, h[j].hindex = i, j
+}
+func (h *transferHeap) Push(x any) {
+	t := x.(*transfer)
+	t.hindex = len(*h)
+	*h = append(*h, t)
+}
+func (h *transferHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.hindex = -1
+	return t
+}
