@@ -51,18 +51,6 @@ type ControlServer struct {
 	once  sync.Once
 }
 
-// ServeControl serves c on a unix socket at path until ctx is cancelled,
-// then returns nil having removed the socket. Cancel ctx only after the
-// agent has drained, so that `ferry flush` clients waiting during the drain
-// get their answer.
-func ServeControl(ctx context.Context, path string, c Controller, log *zap.Logger) error {
-	s, err := ListenControl(path, log)
-	if err != nil {
-		return err
-	}
-	return s.Serve(ctx, c)
-}
-
 // ListenControl binds the control socket at path: its directory is made
 // owner-only (0700) and the socket 0600, because anyone who can connect can
 // read the agent's status. A socket file left by a dead agent is replaced;

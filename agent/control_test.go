@@ -283,36 +283,3 @@ func TestControlBadTimeout(t *testing.T) {
 		t.Fatalf("flush?timeout=soon: %v, want 400", err)
 	}
 }
-
-// ServeControl is ListenControl and Serve in one call.
-func TestServeControl(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "state")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- ServeControl(ctx, SocketPath(dir), &fakeController{status: testStatus()}, zaptest.NewLogger(t))
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := DialControl(dir).Status(context.Background())
-		if err == nil {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("ServeControl returned early: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the control socket never answered: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("ServeControl = %v, want nil on cancel", err)
-	}
-	if _, err := os.Lstat(SocketPath(dir)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("socket left behind: %v", err)
-	}
-}

@@ -30,7 +30,6 @@ type Metrics struct {
 	uploadBytes    prometheus.Counter
 	uploadParts    prometheus.Counter
 	requests       *prometheus.CounterVec
-	retries        prometheus.Counter
 	errors         *prometheus.CounterVec
 	queueDepth     prometheus.Gauge
 	stepsCommitted prometheus.Counter
@@ -38,9 +37,8 @@ type Metrics struct {
 	timeToDurable  prometheus.Histogram
 	dedupBytes     prometheus.Counter
 
-	mu       sync.Mutex
-	last     int64            // highest committed step, -1 if none
-	requestN map[string]int64 // requests by operation, for Status
+	mu   sync.Mutex
+	last int64 // highest committed step, -1 if none
 }
 
 // NewMetrics creates the collectors and registers them with reg (none if
@@ -61,10 +59,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_requests_total",
 			Help: "S3 requests by operation, retries included.",
 		}, []string{"op"}),
-		retries: f.NewCounter(prometheus.CounterOpts{
-			Name: "ferry_request_retries_total",
-			Help: "S3 requests that were retries of a failed attempt.",
-		}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_errors_total",
 			Help: "Failures by pipeline stage (detect, upload, commit, ...).",
@@ -90,8 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_dedup_bytes_total",
 			Help: "Bytes not uploaded because they were unchanged since an earlier step.",
 		}),
-		last:     -1,
-		requestN: map[string]int64{},
+		last: -1,
 	}
 	m.lastCommitted.Set(-1)
 	return m
@@ -104,9 +97,6 @@ func (m *Metrics) AddBytes(n int64) {
 	}
 	m.uploadBytes.Add(float64(n))
 }
-
-// AddPart counts one uploaded part.
-func (m *Metrics) AddPart() { m.AddParts(1) }
 
 // AddParts counts n uploaded parts, for callers that learn them in bulk.
 func (m *Metrics) AddParts(n int64) {
@@ -124,17 +114,6 @@ func (m *Metrics) Request(op string) {
 		return
 	}
 	m.requests.WithLabelValues(op).Inc()
-	m.mu.Lock()
-	m.requestN[op]++
-	m.mu.Unlock()
-}
-
-// Retry counts an attempt that repeats a failed one (counted by Request too).
-func (m *Metrics) Retry() {
-	if m == nil {
-		return
-	}
-	m.retries.Inc()
 }
 
 // Error counts a failure at stage (e.g. "detect", "upload", "commit"), a
@@ -177,21 +156,6 @@ func (m *Metrics) Dedup(n int64) {
 		return
 	}
 	m.dedupBytes.Add(float64(n))
-}
-
-// RequestCounts returns the requests counted so far by operation, in the
-// shape of Status.Requests (nil on a nil *Metrics).
-func (m *Metrics) RequestCounts() map[string]int64 {
-	if m == nil {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string]int64, len(m.requestN))
-	for op, n := range m.requestN {
-		out[op] = n
-	}
-	return out
 }
 
 // MetricsHandler serves /metrics from g and /healthz from health: 200 "ok"

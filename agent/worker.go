@@ -129,7 +129,7 @@ func (a *Agent) cleanupAbandoned(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	for _, n := range todo {
-		if err := uploader.AbandonNode(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.opts.Nodes, a.opts.NodeRank, a.log); err != nil {
+		if err := a.destination().Abandon(ctx, n); err != nil {
 			a.log.Warn("could not clean up an abandoned upload; prune removes what is left", zap.Int64("step", n), zap.Error(err))
 		}
 	}
@@ -316,7 +316,7 @@ func (a *Agent) requestCounts() map[string]int64 {
 // discard abandons an upload attempt whose step is being uploaded again
 // from scratch: the new attempt must not reuse its parts.
 func (a *Agent) discard(ctx context.Context, n int64) {
-	if err := uploader.AbandonNode(ctx, a.opts.Store, a.uploadStateDir(), a.opts.URL, a.opts.Prefix, n, a.opts.Nodes, a.opts.NodeRank, a.log); err != nil {
+	if err := a.destination().Abandon(ctx, n); err != nil {
 		a.log.Warn("could not clean up a superseded upload", zap.Int64("step", n), zap.Error(err))
 	}
 }
@@ -431,4 +431,10 @@ func removeEmptyDirs(root, rel string) {
 	for i := len(dirs) - 1; i >= 0; i-- {
 		_ = os.Remove(dirs[i]) // fails, harmlessly, on a non-empty folder
 	}
+}
+
+// destination is where this agent's pushes go, for abandoning one.
+func (a *Agent) destination() uploader.Destination {
+	return uploader.Destination{Store: a.opts.Store, Location: a.opts.URL, Prefix: a.opts.Prefix, StateDir: a.uploadStateDir(),
+		Nodes: a.opts.Nodes, NodeRank: a.opts.NodeRank, Logger: a.log}
 }

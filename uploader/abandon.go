@@ -14,6 +14,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
+// stateOwner names a push in its resume state.
 func stateOwner(location string, step int64, nodes, nodeRank int) string {
 	if nodes > 1 {
 		return fmt.Sprintf("%s step %d node %d of %d", location, step, nodeRank, nodes)
@@ -21,21 +22,38 @@ func stateOwner(location string, step int64, nodes, nodeRank int) string {
 	return fmt.Sprintf("%s step %d", location, step)
 }
 
+// statePath is the resume state file of a push.
 func statePath(dir, owner string) string {
 	sum := sha256.Sum256([]byte(owner))
 	return filepath.Join(dir, "push-"+hex.EncodeToString(sum[:8])+".json")
 }
 
-func Abandon(ctx context.Context, st store.Store, stateDir, location, prefix string, step int64, log *zap.Logger) error {
-	return AbandonNode(ctx, st, stateDir, location, prefix, step, 1, 0, log)
+// Destination is where one node's pushes go and where their resume state
+// lives: what Abandon needs to find an unfinished push of a step.
+type Destination struct {
+	Store store.Store
+	// Location names the destination (s3://bucket/prefix) in resume state.
+	Location string
+	Prefix   string
+	// StateDir holds the resume state of pushes (PushOptions.StateDir).
+	StateDir string
+	// Nodes and NodeRank place the node in its job (PushOptions).
+	Nodes, NodeRank int
+	Logger          *zap.Logger
 }
 
-func AbandonNode(ctx context.Context, st store.Store, stateDir, location, prefix string, step int64, nodes, nodeRank int, log *zap.Logger) error {
+// Abandon discards an unfinished push of a step by this node: it aborts
+// the multipart uploads its resume state records and deletes the objects
+// it completed, then removes the state. Nothing committed is touched: a
+// push's objects are its own attempt's. No state means nothing to do.
+func (d Destination) Abandon(ctx context.Context, step int64) error {
+	log := d.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	owner := stateOwner(location, step, nodes, nodeRank)
-	path := statePath(stateDir, owner)
+	st := d.Store
+	owner := stateOwner(d.Location, step, d.Nodes, d.NodeRank)
+	path := statePath(d.StateDir, owner)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

@@ -12,6 +12,9 @@ import (
 	"github.com/ferrylabs/ferry/manifest"
 )
 
+// commitStep commits the uploaded entries: the manifest itself for one
+// node, this node's part (and the step, if complete) for several. It
+// reports whether the entries' objects ended up referenced.
 func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
 	st := opts.Upload.Store
 	now := time.Now().UTC().Truncate(time.Millisecond)
@@ -56,6 +59,9 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 	return res, referenced, err
 }
 
+// referencesAny reports whether files name any object this attempt wrote
+// (entries under attemptPrefix; reused objects of earlier steps do not
+// tell whose write it was).
 func referencesAny(files, entries []manifest.File, attemptPrefix string) bool {
 	keys := make(map[string]bool, len(entries))
 	for _, e := range entries {
@@ -88,6 +94,8 @@ func logNodeCommit(opts PushOptions, res PushResult) {
 	}
 }
 
+// deleteAttempt deletes the objects one push attempt wrote (keys under
+// attemptPrefix), never an earlier step's object an entry references.
 func deleteAttempt(ctx context.Context, st store.Store, attemptPrefix string, files []manifest.File, log *zap.Logger) {
 	for _, f := range files {
 		if !strings.HasPrefix(f.Key, attemptPrefix) {

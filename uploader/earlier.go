@@ -14,6 +14,9 @@ import (
 	"github.com/ferrylabs/ferry/manifest"
 )
 
+// findCommitted returns the step's manifest if it is committed, else the
+// step to deduplicate against (-1: none). With deduplication one LIST of
+// one key answers both; without, a GET of the step's manifest.
 func findCommitted(ctx context.Context, opts PushOptions) (*manifest.Manifest, int64, error) {
 	st := opts.Upload.Store
 	step := opts.Step
@@ -39,6 +42,9 @@ func findCommitted(ctx context.Context, opts PushOptions) (*manifest.Manifest, i
 	return nil, -1, fmt.Errorf("push step %d: check for a committed manifest: %w", step, err)
 }
 
+// previousFiles indexes a previous committed step's files by path, for
+// deduplication: one GET. A previous manifest that cannot be read only
+// disables deduplication.
 func previousFiles(ctx context.Context, opts PushOptions, step int64) (map[string]manifest.File, error) {
 	st, log := opts.Upload.Store, opts.Upload.Logger
 	m, err := manifest.Get(ctx, st, opts.Prefix, step)
@@ -61,6 +67,9 @@ func previousFiles(ctx context.Context, opts PushOptions, step int64) (map[strin
 	return nil, nil
 }
 
+// pushCommitted handles a push of a step that is already committed: it
+// hashes the local files and compares, uploading nothing. A node of a
+// multi-node job checks that its files are among the step's.
 func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifest) (PushResult, error) {
 	local, stats, err := hashLocal(ctx, opts)
 	if err != nil {
@@ -76,6 +85,9 @@ func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifes
 	return PushResult{Manifest: prev, Committed: false, Stats: stats}, nil
 }
 
+// pushPartWritten handles a node re-running a step whose part it already
+// wrote (it stopped before the step was committed): it checks its files
+// against the part and commits the step if every part is now there.
 func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part) (PushResult, error) {
 	local, stats, err := hashLocal(ctx, opts)
 	if err != nil {
@@ -101,6 +113,8 @@ func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part)
 	return res, nil
 }
 
+// hashLocal describes the local files as a manifest (paths, sizes, hashes,
+// symlinks), reading every file once.
 func hashLocal(ctx context.Context, opts PushOptions) (*manifest.Manifest, Stats, error) {
 	local := &manifest.Manifest{Step: opts.Step, Symlinks: opts.Tree.Symlinks}
 	for _, b := range opts.Blobs {
@@ -119,6 +133,7 @@ func hashLocal(ctx context.Context, opts PushOptions) (*manifest.Manifest, Stats
 	return local, Stats{BytesHashed: hashed}, nil
 }
 
+// HashFile returns the lower-case hex BLAKE3 of a file and its size.
 func HashFile(ctx context.Context, path string) (string, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {

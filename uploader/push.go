@@ -17,7 +17,6 @@ import (
 )
 
 // PushOptions describe one push of a checkpoint step.
-
 type PushOptions struct {
 	Upload Options
 	// Location names the destination in the state file (e.g. the s3:// URL),
@@ -61,14 +60,12 @@ type PushOptions struct {
 }
 
 // Blob is a small in-memory file pushed with a step.
-
 type Blob struct {
 	RelPath string
 	Data    []byte
 }
 
 // PushResult reports what a push did.
-
 type PushResult struct {
 	// Manifest is the step's committed manifest; nil when Pending.
 	Manifest *manifest.Manifest
@@ -91,33 +88,20 @@ type PushResult struct {
 }
 
 // ErrEmptyStep is returned (wrapped) by Push for a step with no files
-
 // unless PushOptions.AllowEmpty is set.
-
 var ErrEmptyStep = errors.New("no files to push")
 
 // Push uploads a checkpoint step and commits its manifest last. A step that
-
 // is already committed with identical content succeeds without uploading; one
-
 // committed with different content fails with manifest.ErrConflict and
-
 // changes nothing. A push that fails or is killed resumes when run again with
-
 // the same arguments and state directory.
-
 //
-
 // Files whose path, size and BLAKE3 equal an entry of the previous committed
-
 // step reference that entry's object instead of being sent (unless NoDedup).
-
 // With Nodes > 1 the push commits this node's part and, if it completes the
-
 // set, the step; a node that re-runs a step whose part it already wrote
-
 // checks its files against it and completes the step if it can.
-
 func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	if err := opts.check(); err != nil {
 		return PushResult{}, err
@@ -140,7 +124,6 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 }
 
 // check validates the options and fills in the logger.
-
 func (opts *PushOptions) check() error {
 	if opts.Upload.Logger == nil {
 		opts.Upload.Logger = zap.NewNop()
@@ -162,13 +145,9 @@ func (opts *PushOptions) check() error {
 }
 
 // earlierPush handles a step pushed before: committed (compare, upload
-
 // nothing) or, for a node of a multi-node job, with this node's part
-
 // written. Otherwise it returns the step to deduplicate against (-1: none)
-
 // and done=false.
-
 func earlierPush(ctx context.Context, opts PushOptions) (prevStep int64, res PushResult, done bool, err error) {
 	committed, prevStep, err := findCommitted(ctx, opts)
 	switch {
@@ -192,9 +171,7 @@ func earlierPush(ctx context.Context, opts PushOptions) (prevStep int64, res Pus
 }
 
 // openPushState opens (or starts) the resume state of this push and
-
 // returns it (nil without a state dir) and the attempt's name.
-
 func openPushState(opts PushOptions) (*State, string, error) {
 	if opts.StateDir == "" {
 		return nil, NewAttempt(), nil
@@ -211,9 +188,7 @@ func openPushState(opts PushOptions) (*State, string, error) {
 }
 
 // send plans the step's files (object keys of this attempt, ranks, what
-
 // the previous step already holds) and uploads them and the blobs.
-
 func send(ctx context.Context, opts PushOptions, state *State, attempt string, prevStep int64) ([]manifest.File, Stats, error) {
 	var reuse map[string]manifest.File
 	if prevStep >= 0 {
@@ -252,11 +227,8 @@ func send(ctx context.Context, opts PushOptions, state *State, attempt string, p
 }
 
 // commitAndCleanUp commits the uploaded entries and cleans up after the
-
 // attempt: its objects if nothing references them, its state file once
-
 // the outcome is known.
-
 func commitAndCleanUp(ctx context.Context, opts PushOptions, state *State, attempt string, entries []manifest.File) (PushResult, error) {
 	log := opts.Upload.Logger
 	attemptPrefix := manifest.DataKey(opts.Prefix, opts.Step, attempt, "")
@@ -282,38 +254,12 @@ func commitAndCleanUp(ctx context.Context, opts PushOptions, state *State, attem
 	return res, nil
 }
 
-// commitStep commits the uploaded entries: the manifest itself for one
-
-// node, this node's part (and the step, if complete) for several. It
-
-// reports whether the entries' objects ended up referenced.
-
-// referencesAny reports whether files name any object this attempt wrote
-
-// (entries under attemptPrefix; reused objects of earlier steps do not
-
-// tell whose write it was).
-
-// findCommitted returns the step's manifest if it is committed, else the
-
-// step to deduplicate against (-1: none). With deduplication one LIST of
-
-// one key answers both; without, a GET of the step's manifest.
-
-// previousFiles indexes a previous committed step's files by path, for
-
-// deduplication: one GET. A previous manifest that cannot be read only
-
-// disables deduplication.
-
 func partSet(opts PushOptions) manifest.PartSet {
 	return manifest.PartSet{Step: opts.Step, Nodes: opts.Nodes, Run: opts.Run}
 }
 
 // dedupKey is the path a file is matched on across steps: relPath without
-
 // as many leading elements as root has ("" when it has no more elements).
-
 func dedupKey(relPath, root string) string {
 	if root == "" {
 		return relPath
@@ -328,38 +274,7 @@ func dedupKey(relPath, root string) string {
 	return relPath
 }
 
-// Abandon discards an unfinished push of a step: it aborts the multipart
-
-// uploads its state records, deletes the objects it already wrote (nothing
-
-// references them: the step was never committed) and removes the state.
-
-// The agent calls it when the trainer deletes a step before it is durable.
-
-// It must not be called for a step that may still be committed.
-
-// AbandonNode is Abandon for node nodeRank of an N-node job, whose upload
-
-// state is kept apart from other nodes' sharing the state directory.
-
-// pushCommitted handles a push of a step that is already committed: it
-
-// hashes the local files and compares, uploading nothing. A node of a
-
-// multi-node job checks that its files are among the step's.
-
-// pushPartWritten handles a node re-running a step whose part it already
-
-// wrote (it stopped before the step was committed): it checks its files
-
-// against the part and commits the step if every part is now there.
-
-// hashLocal describes the local files as a manifest (paths, sizes, hashes,
-
-// symlinks), reading every file once.
-
 // putBlob writes an in-memory file with one PUT.
-
 func putBlob(ctx context.Context, st store.Store, key string, b Blob) (manifest.File, error) {
 	if _, err := st.Put(ctx, key, bytes.NewReader(b.Data), int64(len(b.Data)), store.PutOptions{CRC32C: store.CRC32C(b.Data)}); err != nil {
 		return manifest.File{}, fmt.Errorf("upload %s: %w", b.RelPath, err)
@@ -368,14 +283,7 @@ func putBlob(ctx context.Context, st store.Store, key string, b Blob) (manifest.
 	return manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:]), Key: key}, nil
 }
 
-// deleteAttempt deletes the objects one push attempt wrote (keys under
-
-// attemptPrefix), never an earlier step's object an entry references.
-
-// HashFile returns the lower-case hex BLAKE3 of a file and its size.
-
 // NewAttempt returns a fresh random attempt name for object keys.
-
 func NewAttempt() string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
