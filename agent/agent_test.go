@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -229,6 +230,15 @@ func TestAgentLayouts(t *testing.T) {
 			}
 			if got := h.committedSteps(); fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Fatalf("committed steps %v, want %v", got, c.want)
+			}
+			// The manifest records the layout the agent detected.
+			wantLayout := strings.TrimSuffix(c.tree, "-sharded")
+			m, err := manifest.Get(context.Background(), h.st, h.prefix, c.want[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Layout != wantLayout {
+				t.Fatalf("manifest of step %d: layout %q, want %q", c.want[0], m.Layout, wantLayout)
 			}
 			if c.pointer != "" {
 				last := c.want[len(c.want)-1]

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -197,6 +198,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		NodeRank: a.opts.NodeRank,
 		Run:      a.opts.Run,
 		Root:     step.Root,
+		Layout:   strings.TrimPrefix(a.watcher.LayoutName(), "auto"),
 
 		AllowEmpty: a.opts.AllowEmpty,
 	})

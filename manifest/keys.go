@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/ferrylabs/ferry/internal/store"
 )
 
-// MaxSinglePut is the largest object ferry writes with one PUT (R2's limit
-// is 5 GiB - 5 MiB).
-const MaxSinglePut = 5<<30 - 5<<20
+// MaxSinglePut is the largest object ferry writes with one PUT
+// (store.MaxSinglePut: R2's limit).
+const MaxSinglePut = store.MaxSinglePut
 
 // Location is a bucket and a key prefix, parsed from s3://bucket/prefix.
 type Location struct {

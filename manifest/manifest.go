@@ -28,9 +28,10 @@ import (
 // FormatVersion is the version this package writes for a manifest that
 // fits in one document; ShardedFormat (2.0) is written for one that does
 // not. Readers accept 1.x and 2.x and reject other major versions. 1.1
-// added the nodes field of a manifest and part manifests; 1.0 readers
-// ignore the field. 1.x readers reject 2.0.
-const FormatVersion = "1.1"
+// added the nodes field of a manifest and part manifests, 1.2 the layout
+// field; older 1.x readers ignore fields they do not know. 1.x readers
+// reject 2.0.
+const FormatVersion = "1.2"
 
 // MaxNodes is the largest number of nodes the part keys can represent.
 const MaxNodes = 99_999
@@ -56,6 +57,11 @@ type Manifest struct {
 	// Nodes is the number of nodes whose part manifests were merged into
 	// this one; 0 when one node wrote the manifest directly.
 	Nodes int `json:"nodes,omitempty"`
+	// Layout is the checkpoint layout the writer detected (agent/detect's
+	// names: dcp, deepspeed, megatron, composer, hf, flat), "" when it did
+	// not know (ferry push of a directory). Restore reads it rather than
+	// guessing from file names where it decides (SelectForNode).
+	Layout string `json:"layout,omitempty"`
 	// Shards, in a format 2 manifest, are the objects that hold its files
 	// (see shards.go). Get returns such a manifest with Files filled in.
 	Shards []Shard `json:"shards,omitempty"`

@@ -284,6 +284,12 @@ func MergeParts(parts []*Part) (*Manifest, error) {
 		}
 	}
 	m.Created = created
+	m.Layout = first.Layout
+	for _, p := range sorted {
+		if p.Layout != first.Layout {
+			m.Layout = "" // nodes disagree: unknown
+		}
+	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	sort.Slice(m.Symlinks, func(i, j int) bool { return m.Symlinks[i].Path < m.Symlinks[j].Path })
 	return m, nil

@@ -275,3 +275,17 @@ func TestPreviousStepAndContains(t *testing.T) {
 		t.Error("Contains")
 	}
 }
+
+// TestMergePartsLayout: the merged manifest records the layout the nodes
+// agree on, and none when they disagree.
+func TestMergePartsLayout(t *testing.T) {
+	a, b := nodePart(0, 2), nodePart(1, 2)
+	a.Layout, b.Layout = "dcp", "dcp"
+	if m, err := MergeParts([]*Part{a, b}); err != nil || m.Layout != "dcp" {
+		t.Fatalf("agreeing nodes: layout %q, %v", m.Layout, err)
+	}
+	b.Layout = "flat"
+	if m, err := MergeParts([]*Part{a, b}); err != nil || m.Layout != "" {
+		t.Fatalf("disagreeing nodes: layout %q, %v", m.Layout, err)
+	}
+}

@@ -33,6 +33,8 @@ type Part struct {
 	Nodes int `json:"nodes"`
 	// Run is the job incarnation the part belongs to (PartSet.Run).
 	Run string `json:"run,omitempty"`
+	// Layout is the layout the node detected (Manifest.Layout).
+	Layout string `json:"layout,omitempty"`
 	// Created is when the part was written (UTC).
 	Created time.Time `json:"created"`
 	// Files lists the node's regular files.

@@ -153,6 +153,8 @@ func SelectForNode(m *manifest.Manifest, nodes, nodeRank int) (Selection, error)
 		}
 	}
 	switch {
+	case m.Layout == "dcp":
+		return Selection{All: true, World: world, Reason: "the layout (PyTorch DCP, recorded in the manifest) reshards at load: every node reads every file"}, nil
 	case distcp && metadata:
 		return Selection{All: true, World: world, Reason: "the layout (PyTorch DCP) reshards at load: every node reads every file"}, nil
 	case megatron:

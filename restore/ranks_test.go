@@ -47,6 +47,10 @@ func ranked(paths ...string) *manifest.Manifest {
 
 func TestSelectForNode(t *testing.T) {
 	four := ranked("r0.pt@0", "r1.pt@1", "r2.pt@2", "r3.pt@3", "cfg.json")
+	// A DCP step whose .metadata is not among the files (a rank-split
+	// checkpoint of a custom writer): the recorded layout decides.
+	recorded := ranked("__0_0.distcp@0", "__1_0.distcp@1")
+	recorded.Layout = "dcp"
 	cases := []struct {
 		m           *manifest.Manifest
 		nodes, node int
@@ -62,6 +66,8 @@ func TestSelectForNode(t *testing.T) {
 		{ranked("__0_0.distcp@0", "__1_0.distcp@1", ".metadata"), 2, 1, "all files (the layout (PyTorch DCP) reshards at load: every node reads every file)"},
 		{ranked("iter_0000010/mp_rank_00/model_optim_rng.pt@0", "iter_0000010/mp_rank_01/model_optim_rng.pt@1"), 2, 0, "all files (Megatron mp_rank folders hold model-parallel ranks that every data-parallel replica reads)"},
 		{ranked("model.safetensors", "config.json"), 4, 2, "all files (no file has a rank: every file is shared)"},
+		{recorded, 2, 1, "all files (the layout (PyTorch DCP, recorded in the manifest) reshards at load: every node reads every file)"},
+		{ranked("__0_0.distcp@0", "__1_0.distcp@1"), 2, 1, "ranks 1 of 2 and shared files"},
 	}
 	for _, c := range cases {
 		sel, err := SelectForNode(c.m, c.nodes, c.node)

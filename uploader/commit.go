@@ -25,6 +25,7 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 			Created:  now,
 			Files:    entries,
 			Symlinks: opts.Tree.Symlinks,
+			Layout:   opts.Layout,
 		}
 		existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
 		if !committed && err == nil && referencesAny(existing.Files, entries, attemptPrefix) {
@@ -43,6 +44,7 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 		Created:  now,
 		Files:    entries,
 		Symlinks: opts.Tree.Symlinks,
+		Layout:   opts.Layout,
 	}
 	nc, err := manifest.CommitNodePart(ctx, st, opts.Prefix, part)
 	res := completionResult(nc.Completion)

@@ -50,6 +50,9 @@ type PushOptions struct {
 	// step would become the latest one and a restore would hand the
 	// trainer nothing, so it starts from scratch.
 	AllowEmpty bool
+	// Layout is the checkpoint layout the caller detected, recorded in the
+	// manifest (manifest.Manifest.Layout); "" when unknown.
+	Layout string
 	// Root is the step's own folder within the tree's paths, when the
 	// layout gives each step one (detect.Step.Root, e.g. "checkpoint-200").
 	// Files are then matched with the previous step's after removing as

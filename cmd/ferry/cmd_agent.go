@@ -21,6 +21,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/sdnotify"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -105,7 +106,7 @@ func (o agentOptions) validate() error {
 	switch {
 	case o.watch == "":
 		return usagef("--watch is required (the checkpoint directory)")
-	case o.partSize < 5<<20 || o.partSize > 5<<30:
+	case o.partSize < store.MinPartSize || o.partSize > store.MaxPartSize:
 		return usagef("--part-size: must be between 5 MiB and 5 GiB")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)

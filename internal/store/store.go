@@ -31,12 +31,26 @@ var ErrNoBucket = errors.New("bucket does not exist")
 // Put with IfNoneMatch found the key already present.
 var ErrPreconditionFailed = errors.New("precondition failed: object already exists")
 
-// MinPartSize and MaxPartSize bound the size of a non-final multipart part;
-// MaxParts bounds the number of parts of one object (S3 and R2 limits).
+// The object-store limits ferry plans against, in one place, with why:
+//
+//   - MinPartSize: every multipart part but the last must be at least
+//     5 MiB (S3 and R2 refuse the CompleteMultipartUpload otherwise).
+//   - MaxPartSize: a part is at most 5 GiB (S3 and R2).
+//   - MaxParts: an upload has at most 10,000 parts (S3 and R2), so the
+//     uploader raises the part size of files over MaxParts x its part size.
+//   - MaxSinglePut: one PUT carries at most 5 GiB - 5 MiB on R2 (S3 allows
+//     5 GiB); bigger objects are multipart.
+//   - Equal parts: R2 also requires every part but the last to have the
+//     same size (S3 does not), which is why the uploader cuts every file
+//     into parts of one fixed size and never resizes a part on retry.
+//
+// internal/s3proxy models what R2 refuses on its own, from R2's
+// documentation, so that the proxy checks ferry rather than ferry's belief.
 const (
-	MinPartSize = 5 << 20
-	MaxPartSize = 5 << 30
-	MaxParts    = 10000
+	MinPartSize  = 5 << 20
+	MaxPartSize  = 5 << 30
+	MaxParts     = 10000
+	MaxSinglePut = 5<<30 - 5<<20
 )
 
 // ObjectInfo describes a stored object.
