@@ -235,6 +235,48 @@ func TestAgentSIGTERMDrains(t *testing.T) {
 	}
 }
 
+// TestAgentSecondSignalAborts: a second SIGTERM during the drain stops the
+// agent at once, the step uncommitted and its upload state on disk; the
+// next start resumes it and commits it.
+func TestAgentSecondSignalAborts(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	st := srv.Store(t, bucket)
+	proxy := startCountingProxy(t, srv.Endpoint)
+	watch, state := t.TempDir(), t.TempDir()
+	args := []string{"--watch", watch, "--to", "s3://" + bucket + "/run", "--state-dir", state,
+		"--layout", "composer", "--settle", "300ms", "--expected-ranks", "1", "--part-size", "5MiB", "--metrics-addr", "off"}
+	cmd := startAgentProcess(t, agentEnv(srv, proxy.URL), append(args, "--bandwidth", "4MiB/s")...)
+	sim := trainsim.Options{Dir: watch, Ranks: 1, FileSize: 40 << 20, Seed: 7}
+	if err := trainsim.WriteStep(context.Background(), sim, 12); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the upload to start", 30*time.Second, func() bool { return proxy.bodyBytes.Load() > 1<<20 })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the drain has begun
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := waitExit(t, cmd.Cmd, time.Minute)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("agent took %v to stop after the second signal (exit %v)", took, err)
+	}
+	if got := committed(t, st, "run"); len(got) != 0 {
+		t.Fatalf("committed %v after an aborted drain of a 40 MiB step at 4 MiB/s", got)
+	}
+	again := startAgentProcess(t, agentEnv(srv, proxy.URL), args...)
+	waitFor(t, "step 12 committed after the restart", 60*time.Second, func() bool { return len(committed(t, st, "run")) == 1 })
+	if err := again.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(t, again.Cmd, 2*time.Minute); err != nil {
+		t.Fatalf("agent exit after SIGTERM: %v, want 0", err)
+	}
+}
+
 func TestSecondAgentOnSameStateDirFails(t *testing.T) {
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)

@@ -6,14 +6,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/agent/detect"
@@ -206,7 +203,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		ms.close()
 		return err
 	}
-	return runAgentServers(ctx, a, ctl, ms, log)
+	svc := &agent.Service{Agent: a, Control: ctl, Metrics: ms.MetricsServer, Abort: abortOf(ctx), Logger: log,
+		Ready: func() { _ = sdnotify.Ready() }, Stopping: func() { _ = sdnotify.Stopping() }, Background: watchdog}
+	return svc.Run(ctx)
 }
 
 // lowerPriority makes the whole agent yield CPU and disk to the trainer
@@ -260,83 +259,6 @@ func listenMetrics(addr string, reg *prometheus.Registry, log *zap.Logger) optio
 	}
 	log.Warn("metrics disabled: cannot listen; uploads go on", zap.String("addr", addr), zap.Error(err))
 	return optionalMetrics{}
-}
-
-// runAgentServers runs the agent with its control socket and metrics until a
-// signal has been drained (or a second one aborts the drain), or the
-// control socket fails. Metrics failing only logs.
-func runAgentServers(ctx context.Context, a *agent.Agent, ctl *agent.ControlServer, ms optionalMetrics, log *zap.Logger) error {
-	// The first SIGINT/SIGTERM cancels ctx (main wires it): stop watching
-	// and drain. A second one aborts the drain; state is on disk.
-	second := make(chan os.Signal, 1)
-	signal.Notify(second, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(second)
-
-	// Servers outlive the drain so that status and flush keep answering.
-	srvCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServers()
-	g, gctx := errgroup.WithContext(srvCtx)
-	g.Go(func() error { return ctl.Serve(gctx, a) })
-	if ms.MetricsServer != nil {
-		g.Go(func() error {
-			if err := ms.Serve(gctx); err != nil {
-				log.Warn("metrics endpoint stopped; uploads go on", zap.Error(err))
-			}
-			return nil
-		})
-	}
-	g.Go(func() error { return abortOnSecondSignal(ctx, gctx, second, a, log) })
-	g.Go(func() error { return watchdog(gctx) })
-
-	// Run stops when ctx is cancelled (a signal) or when the control
-	// socket fails.
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
-	_ = sdnotify.Ready()
-	var err error
-	select {
-	case err = <-runErr:
-	case <-runCtx.Done():
-		_ = sdnotify.Stopping() // the drain begins
-		err = <-runErr
-	case <-gctx.Done():
-		stopRun()
-		a.Abort()
-		<-runErr // interrupted by us: the server's error is the cause
-	}
-	_ = sdnotify.Stopping()
-	stopServers()
-	if gerr := g.Wait(); gerr != nil {
-		err = gerr
-	}
-	if err == nil {
-		log.Info("agent stopped", zap.Int64("last_committed", a.Status().LastCommitted))
-	}
-	return err
-}
-
-// abortOnSecondSignal aborts the drain when a second signal arrives after
-// ctx (the first) ended.
-func abortOnSecondSignal(ctx, gctx context.Context, second <-chan os.Signal, a *agent.Agent, log *zap.Logger) error {
-	select {
-	case <-ctx.Done():
-	case <-gctx.Done():
-		return nil
-	}
-	select {
-	case <-second: // consumed by NotifyContext's first delivery too; wait for the next
-	case <-gctx.Done():
-		return nil
-	}
-	select {
-	case <-second:
-		log.Warn("second signal: stopping now; uploads resume at the next start")
-		a.Abort()
-	case <-gctx.Done():
-	}
-	return nil
 }
 
 // watchdog pings systemd's watchdog while the agent runs.
