@@ -273,17 +273,6 @@ func TestNoMarker(t *testing.T) {
 	h.expect(testSettle, "complete 500", "complete 1000", "complete 1500")
 }
 
-func TestForget(t *testing.T) {
-	dir := copyTree(t, "dcp")
-	h := newHarness(t, dir, Options{Layout: "dcp"})
-	h.expect(0)
-	h.expect(testSettle, "complete 100")
-	h.w.Forget(100)
-	h.w.applyForgets()
-	h.expect(0)
-	h.expect(testSettle, "complete 100")
-}
-
 func TestFlatCounter(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "a.bin", "a")

@@ -149,15 +149,6 @@ func TestRunPoll(t *testing.T) {
 	}
 }
 
-func TestRunForget(t *testing.T) {
-	dir := copyTree(t, "dcp")
-	w := newWatcher(t, runOpts(dir, "dcp"))
-	r := start(t, w)
-	r.expect(Complete, 100)
-	w.Forget(100)
-	r.expect(Complete, 100)
-}
-
 func TestRunIdleDoesNothing(t *testing.T) {
 	dir := copyTree(t, "hf")
 	opts := runOpts(dir, "hf")

@@ -38,10 +38,6 @@ type Watcher struct {
 	closeW  *closeWatch
 	closeCh chan struct{}
 	running atomic.Bool
-
-	mu      sync.Mutex
-	forgets []int64
-	wake    chan struct{}
 }
 
 // New checks the options and returns a Watcher. The directory need not
@@ -62,7 +58,6 @@ func New(opts Options) (*Watcher, error) {
 		engine:  e,
 		states:  map[string]*stepState{},
 		counter: o.CounterStart,
-		wake:    make(chan struct{}, 1),
 	}, nil
 }
 
@@ -91,35 +86,6 @@ func (w *Watcher) Pending() []Pending {
 // before Run.
 func (w *Watcher) SetCounterFloor(n int64) {
 	w.counter = max(w.counter, n)
-}
-
-// Forget drops a reported step from the watcher's memory: if it is still
-// on disk it is reported Complete again once settled (after asking
-// Options.AlreadyDone), and its disappearance no longer yields Deleted. A
-// caller whose upload of a step failed uses it to have the step offered
-// again. Safe to call from any goroutine, also while Run runs.
-func (w *Watcher) Forget(step int64) {
-	w.mu.Lock()
-	w.forgets = append(w.forgets, step)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *Watcher) applyForgets() {
-	w.mu.Lock()
-	forgets := w.forgets
-	w.forgets = nil
-	w.mu.Unlock()
-	for _, n := range forgets {
-		for id, st := range w.states {
-			if st.reported && st.step.Number == n {
-				delete(w.states, id)
-			}
-		}
-	}
 }
 
 // Run watches the directory and sends events to out until ctx is
@@ -189,8 +155,6 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 			err = l.evaluate(nil)
 		case <-ticker.C:
 			err = l.rescanAndEvaluate()
-		case <-w.wake:
-			err = l.evaluate(nil)
 		case <-w.closeCh:
 			l.arm() // a writer closed a file: evaluate after the debounce
 		}
@@ -280,7 +244,6 @@ func (l *loop) rescanAndEvaluate() error {
 // for the next pending step, if any. Steps whose settle window has ended are
 // re-read from disk first, whatever woke the loop.
 func (l *loop) evaluate(touched map[string]struct{}) error {
-	l.w.applyForgets()
 	now := time.Now()
 	l.w.refreshDue(now)
 	if _, ok := l.w.tree.Get(""); !ok {
