@@ -37,8 +37,8 @@ func ExampleWatcher_Run() {
 				switch ev.Kind {
 				case detect.Complete:
 					// upload ev.Step.Files, ev.Step.Symlinks and
-					// ev.Step.Generated, then commit; on failure
-					// w.Forget(ev.Step.Number) offers the step again.
+					// ev.Step.Generated, then commit; on failure keep
+					// ev.Step and retry it (it is reported once).
 				case detect.Deleted:
 					// abort an upload of ev.Step in progress; do not commit.
 					_ = errors.Is(ev.Err, detect.ErrChanged)
