@@ -24,6 +24,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -99,7 +100,7 @@ type Options struct {
 	WhenBehind string
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
-	Metrics  *Metrics
+	Metrics  *control.Metrics
 	Logger   *zap.Logger
 }
 
@@ -127,7 +128,7 @@ type Agent struct {
 
 // entry is the agent's record of one step.
 type entry struct {
-	status   StepStatus
+	status   control.StepStatus
 	step     detect.Step
 	complete time.Time // when the step was found complete on disk
 	nextTry  time.Time
@@ -376,7 +377,7 @@ func (a *Agent) lastCommitted() int64 {
 	}
 	a.mu.Lock()
 	for n, e := range a.steps {
-		if e.status.State == StateCommitted {
+		if e.status.State == control.StateCommitted {
 			last = max(last, n)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
@@ -173,7 +174,7 @@ func TestAgentUploadsSlowTrainer(t *testing.T) {
 		t.Errorf("status: last committed %d, %d steps", st.LastCommitted, len(st.Steps))
 	}
 	for _, s := range st.Steps {
-		if s.State != StateCommitted || s.Committed.IsZero() {
+		if s.State != control.StateCommitted || s.Committed.IsZero() {
 			t.Errorf("status of step %d: %+v", s.Step, s)
 		}
 	}
@@ -328,7 +329,7 @@ func TestAgentStepDeletedMidUpload(t *testing.T) {
 	}
 	waitFor(t, "the upload to start", 30*time.Second, func() bool {
 		st := h.agent.Status()
-		return len(st.Steps) == 1 && st.Steps[0].State == StateUploading && st.Steps[0].BytesSent > 0
+		return len(st.Steps) == 1 && st.Steps[0].State == control.StateUploading && st.Steps[0].BytesSent > 0
 	})
 	// The trainer's own retention removes the step before it is durable.
 	if err := os.Remove(filepath.Join(h.watch, trainsim.FileName(0, 50, 0))); err != nil {
@@ -337,7 +338,7 @@ func TestAgentStepDeletedMidUpload(t *testing.T) {
 	os.Remove(filepath.Join(h.watch, trainsim.LatestName(0)))
 	waitFor(t, "the step to be abandoned", 30*time.Second, func() bool {
 		st := h.agent.Status()
-		return len(st.Steps) == 1 && st.Steps[0].State == StateAbandoned
+		return len(st.Steps) == 1 && st.Steps[0].State == control.StateAbandoned
 	})
 	if left := h.flush(10 * time.Second); len(left) != 0 {
 		t.Errorf("flush waits for an abandoned step: %v", left)

@@ -5,13 +5,15 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/ferrylabs/ferry/agent/control"
 )
 
-var _ Controller = (*Agent)(nil)
+var _ control.Controller = (*Agent)(nil)
 
-// Status implements Controller.
-func (a *Agent) Status() Status {
-	st := Status{
+// Status implements control.Controller.
+func (a *Agent) Status() control.Status {
+	st := control.Status{
 		Watch:         a.opts.Detect.Dir,
 		Destination:   a.opts.URL,
 		Layout:        a.watcher.LayoutName(),
@@ -39,7 +41,7 @@ func (a *Agent) Status() Status {
 	return st
 }
 
-// Flush implements Controller. It first waits one settle window (plus the
+// Flush implements control.Controller. It first waits one settle window (plus the
 // debounce), so that a checkpoint finished just before the call is found
 // complete and counted, then until every step seen is committed or
 // abandoned.

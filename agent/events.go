@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"go.uber.org/zap"
 )
@@ -19,7 +20,7 @@ func (a *Agent) handle(ev detect.Event) {
 	e := a.steps[n]
 	switch ev.Kind {
 	case detect.Complete:
-		if e != nil && e.status.State == StateUploading {
+		if e != nil && e.status.State == control.StateUploading {
 			// Re-reported after a change while uploading: the running
 			// upload is cancelled by the Deleted event that preceded this
 			// one; queue the new content behind it.
@@ -31,12 +32,12 @@ func (a *Agent) handle(ev detect.Event) {
 		a.steps[n] = &entry{
 			step:     ev.Step,
 			complete: time.Now(),
-			status: StepStatus{Step: n, State: StatePending, Files: len(ev.Step.Files) + len(ev.Step.Generated),
+			status: control.StepStatus{Step: n, State: control.StatePending, Files: len(ev.Step.Files) + len(ev.Step.Generated),
 				Bytes: ev.Step.TotalBytes(), Detected: time.Now().UTC()},
 		}
 		a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(ev.Step.Files)), zap.Int64("bytes", ev.Step.TotalBytes()))
 	case detect.Deleted:
-		if e == nil || e.status.State == StateCommitted || e.status.State == StateNodeDone || e.status.State == StateAbandoned {
+		if e == nil || e.status.State == control.StateCommitted || e.status.State == control.StateNodeDone || e.status.State == control.StateAbandoned {
 			return
 		}
 		reason := "deleted by the trainer"
@@ -51,7 +52,7 @@ func (a *Agent) handle(ev detect.Event) {
 		} else {
 			// An earlier, interrupted attempt may have left uploads
 			// behind: the worker cleans them up.
-			e.status.State = StateAbandoned
+			e.status.State = control.StateAbandoned
 			e.cleanup = true
 		}
 	case detect.Error:
@@ -60,11 +61,11 @@ func (a *Agent) handle(ev detect.Event) {
 		a.opts.Metrics.Error("detect")
 		a.log.Error("checkpoint cannot be read", zap.Int64("step", n), zap.Error(ev.Err))
 		if e == nil {
-			e = &entry{step: ev.Step, status: StepStatus{Step: n, Detected: time.Now().UTC()}}
+			e = &entry{step: ev.Step, status: control.StepStatus{Step: n, Detected: time.Now().UTC()}}
 			a.steps[n] = e
 		}
-		if e.status.State != StateUploading {
-			e.status.State = StateFailed
+		if e.status.State != control.StateUploading {
+			e.status.State = control.StateFailed
 			e.status.Error = msg
 			e.nextTry = time.Now().Add(a.opts.RetryMax) // retried when detect reports it Complete
 		}
@@ -79,7 +80,7 @@ func (a *Agent) handle(ev detect.Event) {
 func (a *Agent) queueDepthLocked() int {
 	d := 0
 	for _, e := range a.steps {
-		if e.status.State == StatePending || e.status.State == StateFailed {
+		if e.status.State == control.StatePending || e.status.State == control.StateFailed {
 			d++
 		}
 	}
@@ -110,7 +111,7 @@ func (a *Agent) unfinished() []int64 {
 	var out []int64
 	for n, e := range a.steps {
 		switch e.status.State {
-		case StatePending, StateUploading, StateFailed:
+		case control.StatePending, control.StateUploading, control.StateFailed:
 			out = append(out, n)
 		}
 	}

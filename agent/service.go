@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 )
@@ -13,10 +14,10 @@ import (
 // the drain, so status and flush answer until the agent has stopped.
 type Service struct {
 	Agent   *Agent
-	Control *ControlServer
+	Control *control.Server
 	// Metrics may be nil (disabled). Its failure only logs: metrics never
 	// stop uploads.
-	Metrics *MetricsServer
+	Metrics *control.MetricsServer
 	// Abort, closed after ctx ended (a second signal), stops the drain at
 	// once; state stays on disk and uploads resume at the next start.
 	Abort <-chan struct{}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -141,7 +142,7 @@ func FindAgents(base string) ([]AgentDir, error) {
 		if json.Unmarshal(raw, &id) != nil {
 			continue
 		}
-		out = append(out, AgentDir{Dir: dir, Identity: id.Identity, Running: answers(SocketPath(dir))})
+		out = append(out, AgentDir{Dir: dir, Identity: id.Identity, Running: answers(control.SocketPath(dir))})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Watch != out[j].Watch {

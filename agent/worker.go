@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/prune"
 	"github.com/ferrylabs/ferry/uploader"
@@ -59,7 +60,7 @@ func (a *Agent) next() (*entry, time.Duration) {
 	wait := time.Duration(-1)
 	now := time.Now()
 	for _, e := range a.steps {
-		if e.status.State != StatePending && e.status.State != StateFailed {
+		if e.status.State != control.StatePending && e.status.State != control.StateFailed {
 			continue
 		}
 		if d := a.dueLocked(e).Sub(now); d > 0 {
@@ -104,13 +105,13 @@ func (a *Agent) skipSupersededLocked() {
 	newest := int64(-1)
 	for n, e := range a.steps {
 		switch e.status.State {
-		case StatePending, StateUploading, StateCommitted, StateNodeDone:
+		case control.StatePending, control.StateUploading, control.StateCommitted, control.StateNodeDone:
 			newest = max(newest, n)
 		}
 	}
 	for n, e := range a.steps {
-		if n < newest && (e.status.State == StatePending || e.status.State == StateFailed) && !e.deleted {
-			e.status.State = StateSkipped
+		if n < newest && (e.status.State == control.StatePending || e.status.State == control.StateFailed) && !e.deleted {
+			e.status.State = control.StateSkipped
 			e.status.Error = fmt.Sprintf("superseded by step %d before its upload started (--when-behind skip)", newest)
 			e.cleanup = e.status.Attempts > 0 // an earlier attempt may have left uploads
 			a.log.Warn("skipping a step: a newer one is complete", zap.Int64("step", n), zap.Int64("newer", newest))
@@ -144,7 +145,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	n := e.status.Step
 	e.cancel = cancel
 	e.lastTry = time.Now()
-	e.status.State = StateUploading
+	e.status.State = control.StateUploading
 	e.status.Attempts++
 	e.status.Error = ""
 	e.status.BytesSent = 0
@@ -247,14 +248,14 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 		// step (rewritten content, which replaced e in the map) starts
 		// from scratch.
 		if a.steps[n] == e {
-			e.status.State = StateAbandoned
+			e.status.State = control.StateAbandoned
 		}
 		a.mu.Unlock()
 		a.discard(ctx, n)
 		a.mu.Lock()
 	case err != nil && ctx.Err() != nil:
 		// Aborted (drain timeout or second signal): state stays on disk.
-		e.status.State = StatePending
+		e.status.State = control.StatePending
 		e.status.Error = "interrupted; resumes at the next start"
 	case errors.Is(err, manifest.ErrConflict):
 		a.failForGoodLocked(e, "commit", err, "step is committed in the bucket with different content; not overwriting it")
@@ -262,16 +263,16 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 		a.failForGoodLocked(e, "upload", err, "step has no files; not committing it (--allow-empty commits empty steps)")
 	case err != nil:
 		backoff := a.backoff(e.status.Attempts)
-		e.status.State = StateFailed
+		e.status.State = control.StateFailed
 		e.status.Error = err.Error()
 		e.nextTry = time.Now().Add(backoff)
 		a.lastErr = err.Error()
 		a.opts.Metrics.Error("upload")
 		a.log.Warn("upload failed; will retry", zap.Int64("step", n), zap.Duration("in", backoff), zap.Error(err))
 	default:
-		e.status.State = StateCommitted
+		e.status.State = control.StateCommitted
 		if res.Pending {
-			e.status.State = StateNodeDone
+			e.status.State = control.StateNodeDone
 		}
 		e.status.Committed = time.Now().UTC()
 		e.status.Error = ""
@@ -282,7 +283,7 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 
 // failForGoodLocked marks a step failed with no retry: a human must look.
 func (a *Agent) failForGoodLocked(e *entry, stage string, err error, msg string) {
-	e.status.State = StateFailed
+	e.status.State = control.StateFailed
 	e.status.Error = err.Error()
 	e.nextTry = time.Now().Add(100 * 365 * 24 * time.Hour) // never
 	a.lastErr = err.Error()

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
@@ -99,14 +99,14 @@ func TestAgentThreeNodes(t *testing.T) {
 	for k := range 3 {
 		waitFor(t, fmt.Sprintf("node %d done", k), 30*time.Second, func() bool {
 			r := ferry(t, nil, "status", "--state-dir", state[k], "--json")
-			var s agent.Status
+			var s control.Status
 			if r.code != 0 || decodeJSONErr(r.stdout, &s) != nil {
 				return false
 			}
 			// A node that committed a step reports it committed; one whose
 			// share was durable before the last node's reports node-done.
 			for _, ss := range s.Steps {
-				if ss.State != agent.StateCommitted && ss.State != agent.StateNodeDone {
+				if ss.State != control.StateCommitted && ss.State != control.StateNodeDone {
 					return false
 				}
 			}
@@ -204,7 +204,7 @@ func TestAgentDedupAndKeepRemote(t *testing.T) {
 			return err == nil && s == step
 		})
 	}
-	var s agent.Status
+	var s control.Status
 	waitFor(t, "status of 3 committed steps", 10*time.Second, func() bool {
 		r := ferry(t, nil, "status", "--state-dir", state, "--json")
 		return r.code == 0 && decodeJSONErr(r.stdout, &s) == nil && s.LastCommitted == 300

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/priority"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -314,7 +315,7 @@ func agentSocket(t *testing.T, state, watch, to string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return agent.SocketPath(agent.AgentStateDir(state, agentIdentity(watch, loc)))
+	return control.SocketPath(agent.AgentStateDir(state, agentIdentity(watch, loc)))
 }
 
 // waitExit waits for cmd to exit, killing it and failing t after d: a hung

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/priority"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
@@ -157,7 +158,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
 	}
 	reg := prometheus.NewRegistry()
-	metrics := agent.NewMetrics(reg)
+	metrics := control.NewMetrics(reg)
 	var counters s3store.Counters
 	st, err := s3store.New(ctx, s3store.Config{
 		Endpoint: o.remote.Endpoint, Region: o.remote.Region, Profile: o.remote.Profile,
@@ -170,7 +171,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	// Bind the control socket first: a second agent for the same watch
 	// dir and destination must fail here, before it touches the journal
 	// or the upload state.
-	ctl, err := agent.ListenControl(agent.SocketPath(stateDir), log)
+	ctl, err := control.Listen(control.SocketPath(stateDir), log)
 	if err != nil {
 		return err
 	}
@@ -222,7 +223,7 @@ func lowerPriority(log *zap.Logger) {
 
 // optionalMetrics is the metrics endpoint, or nil when it is off or no
 // address could be bound: metrics are optional and never stop uploads.
-type optionalMetrics struct{ *agent.MetricsServer }
+type optionalMetrics struct{ *control.MetricsServer }
 
 func (m optionalMetrics) addr() string {
 	if m.MetricsServer == nil {
@@ -245,13 +246,13 @@ func listenMetrics(addr string, reg *prometheus.Registry, log *zap.Logger) optio
 		return optionalMetrics{}
 	}
 	health := func() error { return nil }
-	m, err := agent.ListenMetrics(addr, reg, health, log)
+	m, err := control.ListenMetrics(addr, reg, health, log)
 	if err == nil {
 		return optionalMetrics{m}
 	}
 	host, _, serr := net.SplitHostPort(addr)
 	if serr == nil {
-		if alt, aerr := agent.ListenMetrics(net.JoinHostPort(host, "0"), reg, health, log); aerr == nil {
+		if alt, aerr := control.ListenMetrics(net.JoinHostPort(host, "0"), reg, health, log); aerr == nil {
 			log.Warn("metrics address unavailable; serving metrics on a free port instead (ferry status shows it)",
 				zap.String("wanted", addr), zap.String("addr", alt.Addr()), zap.Error(err))
 			return optionalMetrics{alt}

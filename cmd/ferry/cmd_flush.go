@@ -6,9 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/urfave/cli/v2"
-
-	"github.com/ferrylabs/ferry/agent"
 )
 
 type flushOptions struct {
@@ -41,11 +40,11 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	cl := agent.DialControl(dir)
+	cl := control.Dial(dir)
 	if isTerminal(stderr) {
 		fmt.Fprintf(stderr, "waiting for the agent to commit every step it has seen (timeout %v)\n", o.timeout)
 	}
-	// A *agent.NotCommittedError names the steps; exitCode prints it as
+	// A *control.NotCommittedError names the steps; exitCode prints it as
 	// the one line a job script shows.
 	if _, err := cl.Flush(ctx, o.timeout); err != nil {
 		return err
@@ -59,11 +58,11 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 	var committed, abandoned int
 	for _, s := range st.Steps {
 		switch s.State {
-		case agent.StateCommitted, agent.StateNodeDone:
+		case control.StateCommitted, control.StateNodeDone:
 			// node-done: this node's share is durable; the step commits
 			// when the other nodes' shares are.
 			committed++
-		case agent.StateAbandoned:
+		case control.StateAbandoned:
 			abandoned++
 		}
 	}

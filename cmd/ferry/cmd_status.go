@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/units"
 )
 
@@ -40,7 +40,7 @@ func runStatus(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := agent.DialControl(dir).Status(ctx)
+	st, err := control.Dial(dir).Status(ctx)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func runStatus(ctx context.Context, o statusOptions, stdout io.Writer) error {
 // printStatus writes a header line about the agent and a table of steps:
 // those found on disk but not complete yet (settling, waiting), then those
 // the agent took on.
-func printStatus(w io.Writer, st agent.Status, now time.Time) error {
+func printStatus(w io.Writer, st control.Status, now time.Time) error {
 	last := "none"
 	if st.LastCommitted >= 0 {
 		last = fmt.Sprint(st.LastCommitted)
@@ -93,7 +93,7 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) error {
 }
 
 // printStepRow writes one step the agent took on.
-func printStepRow(tw io.Writer, s agent.StepStatus) {
+func printStepRow(tw io.Writer, s control.StepStatus) {
 	committed := "-"
 	if !s.Committed.IsZero() {
 		// How long the step took to become durable says more than a

@@ -11,18 +11,19 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 )
 
 // fakeAgent is a Controller with a fixed status; flush answers ferry flush
 // (nil: wait until the request's context ends, then report stuck).
 type fakeAgent struct {
-	status agent.Status
+	status control.Status
 	flush  func(ctx context.Context) ([]int64, error)
 	stuck  []int64
 }
 
-func (f *fakeAgent) Status() agent.Status { return f.status }
+func (f *fakeAgent) Status() control.Status { return f.status }
 
 func (f *fakeAgent) Flush(ctx context.Context) ([]int64, error) {
 	if f.flush != nil {
@@ -34,13 +35,13 @@ func (f *fakeAgent) Flush(ctx context.Context) ([]int64, error) {
 
 // serveAgent serves c on the control socket of a new state dir until the
 // test ends, as a running `ferry agent` would.
-func serveAgent(t *testing.T, c agent.Controller) string {
+func serveAgent(t *testing.T, c control.Controller) string {
 	t.Helper()
 	base := filepath.Join(t.TempDir(), "state")
 	st := c.Status()
 	id := agent.Identity{Destination: st.Destination, Watch: st.Watch}
 	dir := agent.AgentStateDir(base, id)
-	s, err := agent.ListenControl(agent.SocketPath(dir), zaptest.NewLogger(t))
+	s, err := control.Listen(control.SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,15 +60,15 @@ func serveAgent(t *testing.T, c agent.Controller) string {
 	return base
 }
 
-func agentStatus() agent.Status {
+func agentStatus() control.Status {
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	return agent.Status{
+	return control.Status{
 		Watch: "/ckpt", Destination: "s3://bucket/run", Layout: "dcp", Started: t0,
 		StateDir: "/state/agents/0123456789abcdef", MetricsAddr: "127.0.0.1:40123",
-		Steps: []agent.StepStatus{
-			{Step: 1200, State: agent.StateCommitted, Files: 3, Bytes: 3 << 30, BytesSent: 3 << 30, Detected: t0, Committed: t0.Add(90 * time.Second)},
-			{Step: 1300, State: agent.StateUploading, Files: 3, Bytes: 3 << 30, BytesSent: 1 << 30, Detected: t0.Add(time.Hour)},
-			{Step: 1400, State: agent.StateFailed, Files: 3, Bytes: 3 << 30, Detected: t0.Add(2 * time.Hour), Attempts: 2, Error: "upload part 4:\nconnection reset"},
+		Steps: []control.StepStatus{
+			{Step: 1200, State: control.StateCommitted, Files: 3, Bytes: 3 << 30, BytesSent: 3 << 30, Detected: t0, Committed: t0.Add(90 * time.Second)},
+			{Step: 1300, State: control.StateUploading, Files: 3, Bytes: 3 << 30, BytesSent: 1 << 30, Detected: t0.Add(time.Hour)},
+			{Step: 1400, State: control.StateFailed, Files: 3, Bytes: 3 << 30, Detected: t0.Add(2 * time.Hour), Attempts: 2, Error: "upload part 4:\nconnection reset"},
 		},
 		Settling:      []detect.Pending{{Step: 1500, Files: 3, Bytes: 3 << 30, State: "settling", Reason: "unchanged for 2s of 5s", Since: t0.Add(3 * time.Hour)}},
 		LastCommitted: 1200, BytesSent: 4 << 30, Rate: 200 << 20, RateWindowSeconds: 60, LastError: "upload part 4: connection reset",
@@ -115,7 +116,7 @@ func TestStatusCommand(t *testing.T) {
 	// state dir as well as the flag.
 	cmd := ferryCmd(t, nil, "status", "--json")
 	cmd.Env = append(cmd.Env, "FERRY_STATE_DIR="+dir)
-	var got agent.Status
+	var got control.Status
 	decodeJSON(t, run(t, cmd).must(t, 0).stdout, &got)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("status --json = %+v\nwant %+v", got, want)
@@ -123,7 +124,7 @@ func TestStatusCommand(t *testing.T) {
 }
 
 func TestStatusCommandNoSteps(t *testing.T) {
-	st := agent.Status{Watch: "/ckpt", Destination: "s3://b/p", Started: time.Now(), LastCommitted: -1}
+	st := control.Status{Watch: "/ckpt", Destination: "s3://b/p", Started: time.Now(), LastCommitted: -1}
 	dir := serveAgent(t, &fakeAgent{status: st})
 	out := ferry(t, nil, "status", "--state-dir", dir).must(t, 0).stdout
 	if !containsAll(out, "last committed none", "no complete step seen yet") {
@@ -147,7 +148,7 @@ func TestFlushCommand(t *testing.T) {
 	}
 
 	st = agentStatus()
-	st.Steps[1].State, st.Steps[2].State = agent.StateCommitted, agent.StateAbandoned
+	st.Steps[1].State, st.Steps[2].State = control.StateCommitted, control.StateAbandoned
 	dir = serveAgent(t, &fakeAgent{status: st, flush: func(context.Context) ([]int64, error) { return nil, nil }})
 	r = ferry(t, nil, "flush", "--state-dir", dir).must(t, 0)
 	if !strings.HasPrefix(r.stdout, "all 2 steps committed") || !strings.Contains(r.stdout, "1 abandoned") {

@@ -23,7 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/zeebo/blake3"
 
-	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -430,15 +430,15 @@ func TestAgentPermissionDenied(t *testing.T) {
 		}
 	})
 
-	var failed agent.StepStatus
+	var failed control.StepStatus
 	waitFor(t, "step 5 reported failed", time.Minute, func() bool {
 		r := ferry(t, nil, "status", "--json", "--state-dir", state)
-		var s agent.Status
+		var s control.Status
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &s) != nil {
 			return false
 		}
 		for _, ss := range s.Steps {
-			if ss.Step == 5 && ss.State == agent.StateFailed {
+			if ss.Step == 5 && ss.State == control.StateFailed {
 				failed = ss
 				return true
 			}
@@ -570,7 +570,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	var status string
 	waitFor(t, "step 1 committed and step 2 failed", time.Minute, func() bool {
 		r := ferry(t, nil, "status", "--json", "--state-dir", state)
-		var s agent.Status
+		var s control.Status
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &s) != nil {
 			return false
 		}
@@ -633,8 +633,8 @@ func TestAgentListensLocallyByDefault(t *testing.T) {
 	if err != nil || !net.ParseIP(host).IsLoopback() {
 		t.Errorf("--metrics-addr defaults to %q, want a loopback address", def)
 	}
-	if host, _, _ := net.SplitHostPort(agent.DefaultMetricsAddr); !net.ParseIP(host).IsLoopback() {
-		t.Errorf("agent.DefaultMetricsAddr is %q, want a loopback address", agent.DefaultMetricsAddr)
+	if host, _, _ := net.SplitHostPort(control.DefaultMetricsAddr); !net.ParseIP(host).IsLoopback() {
+		t.Errorf("control.DefaultMetricsAddr is %q, want a loopback address", control.DefaultMetricsAddr)
 	}
 
 	srv := s3test.Shared(t)

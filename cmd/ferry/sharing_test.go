@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/trainsim"
@@ -111,7 +111,7 @@ func TestAgentsShareStateDirAndNode(t *testing.T) {
 	}
 
 	// Both serve metrics, on different addresses, and say where.
-	var stB, stC agent.Status
+	var stB, stC control.Status
 	decodeJSON(t, jobFerry(t, env, watchA, toB, "status", "--json").must(t, 0).stdout, &stB)
 	decodeJSON(t, jobFerry(t, env, "", toC, "status", "--json").must(t, 0).stdout, &stC)
 	if stB.Destination != toB || stC.Destination != toC {
@@ -142,7 +142,7 @@ func TestAgentMetricsAddressTaken(t *testing.T) {
 	var addr string
 	waitFor(t, "the first agent's metrics", 30*time.Second, func() bool {
 		r := jobFerry(t, env, "", to+"-other", "status", "--json")
-		var st agent.Status
+		var st control.Status
 		if r.code != 0 || decodeJSONErr(r.stdout, &st) != nil {
 			return false
 		}
@@ -150,7 +150,7 @@ func TestAgentMetricsAddressTaken(t *testing.T) {
 		return addr != ""
 	})
 	second := startAgentProcess(t, env, "--watch", watch, "--to", to, "--metrics-addr", addr)
-	var st agent.Status
+	var st control.Status
 	waitFor(t, "the second agent's status", 30*time.Second, func() bool {
 		r := jobFerry(t, env, watch, to, "status", "--json")
 		return r.code == 0 && decodeJSONErr(r.stdout, &st) == nil

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/manifest"
 )
 
@@ -87,7 +88,7 @@ func (s agentSelector) locate() (string, error) {
 	case 1:
 		return running[0].Dir, nil
 	case 0:
-		return "", fmt.Errorf("%w%s with state dir %s", agent.ErrNoAgent, s.describe(want), s.base)
+		return "", fmt.Errorf("%w%s with state dir %s", control.ErrNoAgent, s.describe(want), s.base)
 	}
 	names := make([]string, len(running))
 	for i, a := range running {

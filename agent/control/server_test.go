@@ -1,4 +1,4 @@
-package agent
+package control
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func startControl(t *testing.T, c Controller) (string, <-chan error) {
 
 func serveIn(t *testing.T, dir string, c Controller) <-chan error {
 	t.Helper()
-	s, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
+	s, err := Listen(SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func testStatus() Status {
 func TestControlStatusRoundTrip(t *testing.T) {
 	want := testStatus()
 	dir, _ := startControl(t, &fakeController{status: want})
-	got, err := DialControl(dir).Status(context.Background())
+	got, err := Dial(dir).Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestControlFlushCommitted(t *testing.T) {
 		flushed: make(chan context.Context, 1),
 	}
 	dir, _ := startControl(t, fc)
-	steps, err := DialControl(dir).Flush(context.Background(), 15*time.Minute)
+	steps, err := Dial(dir).Flush(context.Background(), 15*time.Minute)
 	if err != nil || len(steps) != 0 {
 		t.Fatalf("Flush = %v, %v; want nothing left", steps, err)
 	}
@@ -109,7 +109,7 @@ func TestControlFlushCommitted(t *testing.T) {
 
 func TestControlFlushTimeout(t *testing.T) {
 	dir, _ := startControl(t, &fakeController{flush: waitThenReport(300, 400)})
-	steps, err := DialControl(dir).Flush(context.Background(), 50*time.Millisecond)
+	steps, err := Dial(dir).Flush(context.Background(), 50*time.Millisecond)
 	if !reflect.DeepEqual(steps, []int64{300, 400}) {
 		t.Fatalf("not committed = %v, want [300 400]", steps)
 	}
@@ -127,7 +127,7 @@ func TestControlFlushError(t *testing.T) {
 		return []int64{7}, errors.New("commit step 7: access denied")
 	}}
 	dir, _ := startControl(t, fc)
-	steps, err := DialControl(dir).Flush(context.Background(), 0)
+	steps, err := Dial(dir).Flush(context.Background(), 0)
 	if !reflect.DeepEqual(steps, []int64{7}) || err == nil || !strings.Contains(err.Error(), "access denied") {
 		t.Fatalf("Flush = %v, %v; want step 7 and the agent's error", steps, err)
 	}
@@ -140,7 +140,7 @@ func TestControlFlushClientDisconnect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := DialControl(dir).Flush(ctx, 0)
+		_, err := Dial(dir).Flush(ctx, 0)
 		errc <- err
 	}()
 	flushCtx := <-fc.flushed
@@ -160,7 +160,7 @@ func TestControlFlushClientDisconnect(t *testing.T) {
 func TestControlShutdown(t *testing.T) {
 	fc := &fakeController{flush: waitThenReport(5), flushed: make(chan context.Context, 1)}
 	dir := filepath.Join(t.TempDir(), "state")
-	s, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
+	s, err := Listen(SocketPath(dir), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestControlShutdown(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		steps, err := DialControl(dir).Flush(context.Background(), 0)
+		steps, err := Dial(dir).Flush(context.Background(), 0)
 		res <- result{steps, err}
 	}()
 	<-fc.flushed
@@ -188,7 +188,7 @@ func TestControlShutdown(t *testing.T) {
 	if _, err := os.Lstat(SocketPath(dir)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket still there after Serve returned: %v", err)
 	}
-	_, err = DialControl(dir).Status(context.Background())
+	_, err = Dial(dir).Status(context.Background())
 	if !errors.Is(err, ErrNoAgent) {
 		t.Fatalf("status after shutdown: %v, want ErrNoAgent", err)
 	}
@@ -214,12 +214,12 @@ func TestControlPermissions(t *testing.T) {
 func TestControlSecondAgentRefused(t *testing.T) {
 	want := testStatus()
 	dir, _ := startControl(t, &fakeController{status: want})
-	_, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
+	_, err := Listen(SocketPath(dir), zaptest.NewLogger(t))
 	if !errors.Is(err, ErrAgentRunning) || !strings.Contains(err.Error(), "another ferry agent is running with state dir "+dir) {
-		t.Fatalf("second ListenControl: %v, want ErrAgentRunning naming %s", err, dir)
+		t.Fatalf("second Listen: %v, want ErrAgentRunning naming %s", err, dir)
 	}
 	// The first agent still answers: the refused one left its socket alone.
-	got, err := DialControl(dir).Status(context.Background())
+	got, err := Dial(dir).Status(context.Background())
 	if err != nil || got.Destination != want.Destination {
 		t.Fatalf("first agent after the refusal: %+v, %v", got, err)
 	}
@@ -237,11 +237,11 @@ func TestControlStaleSocketReplaced(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	if _, err := DialControl(dir).Status(context.Background()); !errors.Is(err, ErrNoAgent) {
+	if _, err := Dial(dir).Status(context.Background()); !errors.Is(err, ErrNoAgent) {
 		t.Fatalf("status on a stale socket: %v, want ErrNoAgent", err)
 	}
 	serveIn(t, dir, &fakeController{status: testStatus()})
-	if _, err := DialControl(dir).Status(context.Background()); err != nil {
+	if _, err := Dial(dir).Status(context.Background()); err != nil {
 		t.Fatalf("status after replacing the stale socket: %v", err)
 	}
 }
@@ -251,9 +251,9 @@ func TestControlRefusesNonSocket(t *testing.T) {
 	if err := os.WriteFile(SocketPath(dir), []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ListenControl(SocketPath(dir), zaptest.NewLogger(t))
+	_, err := Listen(SocketPath(dir), zaptest.NewLogger(t))
 	if err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Fatalf("ListenControl over a regular file: %v, want a refusal", err)
+		t.Fatalf("Listen over a regular file: %v, want a refusal", err)
 	}
 	if b, _ := os.ReadFile(SocketPath(dir)); string(b) != "keep me" {
 		t.Fatal("the regular file was changed")
@@ -262,11 +262,11 @@ func TestControlRefusesNonSocket(t *testing.T) {
 
 func TestControlNoAgent(t *testing.T) {
 	dir := t.TempDir()
-	for name, call := range map[string]func(*ControlClient) error{
-		"status": func(c *ControlClient) error { _, err := c.Status(context.Background()); return err },
-		"flush":  func(c *ControlClient) error { _, err := c.Flush(context.Background(), time.Minute); return err },
+	for name, call := range map[string]func(*Client) error{
+		"status": func(c *Client) error { _, err := c.Status(context.Background()); return err },
+		"flush":  func(c *Client) error { _, err := c.Flush(context.Background(), time.Minute); return err },
 	} {
-		err := call(DialControl(dir))
+		err := call(Dial(dir))
 		want := "no ferry agent is running with state dir " + dir + " (socket " + SocketPath(dir) + ")"
 		if !errors.Is(err, ErrNoAgent) || err.Error() != want {
 			t.Errorf("%s without an agent: %v, want %q", name, err, want)
@@ -276,7 +276,7 @@ func TestControlNoAgent(t *testing.T) {
 
 func TestControlBadTimeout(t *testing.T) {
 	dir, _ := startControl(t, &fakeController{})
-	cl := DialControl(dir)
+	cl := Dial(dir)
 	var v flushResponse
 	err := cl.do(context.Background(), "POST", "/flush?timeout=soon", &v)
 	if err == nil || !strings.Contains(err.Error(), "400") {

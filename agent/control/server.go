@@ -1,4 +1,4 @@
-package agent
+package control
 
 import (
 	"context"
@@ -39,11 +39,11 @@ func SocketPath(stateDir string) string {
 	return filepath.Join(stateDir, controlSocketName)
 }
 
-// ControlServer is a control socket that is bound but not yet serving.
+// Server is a control socket that is bound but not yet serving.
 // Binding first, before the agent is even built, lets it fail before it
 // touches the state dir or uploads anything when another agent owns the
 // state dir, and report READY only once `ferry status` can connect.
-type ControlServer struct {
+type Server struct {
 	path  string
 	ln    *net.UnixListener
 	owned os.FileInfo // the socket file we created, to remove only ours
@@ -51,11 +51,11 @@ type ControlServer struct {
 	once  sync.Once
 }
 
-// ListenControl binds the control socket at path: its directory is made
+// Listen binds the control socket at path: its directory is made
 // owner-only (0700) and the socket 0600, because anyone who can connect can
 // read the agent's status. A socket file left by a dead agent is replaced;
 // a live agent on it, or a file that is not a socket, is an error.
-func ListenControl(path string, log *zap.Logger) (*ControlServer, error) {
+func Listen(path string, log *zap.Logger) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -91,7 +91,7 @@ func ListenControl(path string, log *zap.Logger) (*ControlServer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("control socket %s: make it owner-only: %w", path, err)
 	}
-	return &ControlServer{path: path, ln: ln, owned: owned, log: log}, nil
+	return &Server{path: path, ln: ln, owned: owned, log: log}, nil
 }
 
 func listenUnix(path string) (*net.UnixListener, error) {
@@ -132,13 +132,13 @@ func socketPathHint(path string) string {
 }
 
 // Path is the socket's path.
-func (s *ControlServer) Path() string { return s.path }
+func (s *Server) Path() string { return s.path }
 
 // Serve answers requests from c until ctx is cancelled, then returns nil
 // having closed the listener and removed the socket. Requests in flight,
 // such as a long flush, are cancelled with ctx and still answered. Call it
 // once.
-func (s *ControlServer) Serve(ctx context.Context, c Controller) error {
+func (s *Server) Serve(ctx context.Context, c Controller) error {
 	defer s.Close()
 	h := controlHandler{c: c, log: s.log}
 	mux := http.NewServeMux()
@@ -173,7 +173,7 @@ func (s *ControlServer) Serve(ctx context.Context, c Controller) error {
 
 // Close stops listening and removes the socket file if it is still ours.
 // Serve calls it; call it yourself only if you never call Serve.
-func (s *ControlServer) Close() error {
+func (s *Server) Close() error {
 	var err error
 	s.once.Do(func() {
 		err = s.ln.Close()
@@ -261,17 +261,17 @@ func writeControlJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// ControlClient talks to the agent that owns a state dir, for `ferry
+// Client talks to the agent that owns a state dir, for `ferry
 // status` and `ferry flush`.
-type ControlClient struct {
+type Client struct {
 	stateDir string
 	path     string
 	http     *http.Client
 }
 
-// DialControl returns a client for the agent using stateDir. It connects
+// Dial returns a client for the agent using stateDir. It connects
 // lazily, on each call, so it never fails itself.
-func DialControl(stateDir string) *ControlClient {
+func Dial(stateDir string) *Client {
 	path := SocketPath(stateDir)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -280,11 +280,11 @@ func DialControl(stateDir string) *ControlClient {
 		},
 		DisableKeepAlives: true,
 	}
-	return &ControlClient{stateDir: stateDir, path: path, http: &http.Client{Transport: tr}}
+	return &Client{stateDir: stateDir, path: path, http: &http.Client{Transport: tr}}
 }
 
 // Status returns the agent's status.
-func (cl *ControlClient) Status(ctx context.Context) (Status, error) {
+func (cl *Client) Status(ctx context.Context) (Status, error) {
 	var st Status
 	err := cl.do(ctx, http.MethodGet, "/status", &st)
 	return st, err
@@ -323,7 +323,7 @@ func (e *NotCommittedError) Error() string {
 // committed, and the steps still not committed with a *NotCommittedError
 // when the agent answered otherwise. Cancelling ctx abandons the wait on
 // both sides.
-func (cl *ControlClient) Flush(ctx context.Context, timeout time.Duration) (notCommitted []int64, err error) {
+func (cl *Client) Flush(ctx context.Context, timeout time.Duration) (notCommitted []int64, err error) {
 	url := "/flush"
 	if timeout > 0 {
 		url += "?timeout=" + timeout.String()
@@ -343,7 +343,7 @@ func (cl *ControlClient) Flush(ctx context.Context, timeout time.Duration) (notC
 }
 
 // do sends one request and decodes the JSON answer into v.
-func (cl *ControlClient) do(ctx context.Context, method, url string, v any) error {
+func (cl *Client) do(ctx context.Context, method, url string, v any) error {
 	op := strings.TrimPrefix(strings.SplitN(url, "?", 2)[0], "/")
 	req, err := http.NewRequestWithContext(ctx, method, "http://ferry-agent"+url, nil)
 	if err != nil {
