@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/restore"
@@ -97,13 +98,13 @@ func simulateCommit(ctx context.Context, dir string, n int, spread, latency time
 			manifestAt = now
 		}
 	}
-	nodeCounts := make([]*counts, n)
+	nodeCounts := make([]*s3store.Counters, n)
 	partGets := make([]int64, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for k := range n {
-		nodeCounts[k] = &counts{}
+		nodeCounts[k] = &s3store.Counters{}
 		st := &simStore{inner: mem, latency: latency, counts: nodeCounts[k], onPut: onPut, onGet: func(key string) {
 			if _, _, ok := manifest.ParsePartKey(simPrefix, key); ok {
 				mu.Lock()
@@ -133,7 +134,7 @@ func simulateCommit(ctx context.Context, dir string, n int, spread, latency time
 	}
 	for k := range n {
 		var total int64
-		for op, c := range nodeCounts[k].snapshot() {
+		for op, c := range nodeCounts[k].Snapshot() {
 			res.Requests[op] += c
 			total += c
 		}
@@ -160,22 +161,41 @@ func planRestores(ctx context.Context, mem store.Store, dir string, n int, laten
 		return err
 	}
 	res.ManifestBytes = info.Size
-	st := &simStore{inner: mem, latency: latency, counts: &counts{}}
-	for _, node := range []bool{false, true} {
+	p, err := planTwice(ctx, mem, dir, latency, func(o *restore.Options) { o.Nodes, o.NodeRank = n, 0 })
+	res.PlanAll, res.PlanAllFiles, res.Files = p.all, p.allFiles, p.allFiles
+	res.PlanNode, res.PlanNodeFiles = p.node, p.nodeFiles
+	return err
+}
+
+// planned is what planTwice measured.
+type planned struct {
+	all, node           time.Duration
+	allFiles, nodeFiles int
+	requests            int64
+}
+
+// planTwice plans, through a store with latency, a restore of every file
+// and one that node selects.
+func planTwice(ctx context.Context, mem store.Store, dir string, latency time.Duration, node func(*restore.Options)) (planned, error) {
+	var p planned
+	c := &s3store.Counters{}
+	st := &simStore{inner: mem, latency: latency, counts: c}
+	for _, one := range []bool{false, true} {
 		opts := restore.Options{Store: st, Prefix: simPrefix, Dir: filepath.Join(dir, "restore"), Step: restore.LatestStep, PlanOnly: true, Logger: zap.NewNop()}
-		if node {
-			opts.Nodes, opts.NodeRank = n, 0
+		if one {
+			node(&opts)
 		}
 		start := time.Now()
 		r, err := restore.Restore(ctx, opts)
 		if err != nil {
-			return fmt.Errorf("plan restore: %w", err)
+			return p, fmt.Errorf("plan restore: %w", err)
 		}
-		if node {
-			res.PlanNode, res.PlanNodeFiles = time.Since(start), r.Files
+		if one {
+			p.node, p.nodeFiles = time.Since(start), r.Files
 		} else {
-			res.PlanAll, res.PlanAllFiles, res.Files = time.Since(start), r.Files, r.Files
+			p.all, p.allFiles = time.Since(start), r.Files
 		}
 	}
-	return nil
+	p.requests = c.Total()
+	return p, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/prune"
@@ -57,14 +58,14 @@ func measureHistory(ctx context.Context, steps int, latency time.Duration) (hist
 	}
 	res := historyResult{Steps: steps}
 	run := func(name string, fn func(store.Store) (string, error)) error {
-		c := &counts{}
+		c := &s3store.Counters{}
 		st := &simStore{inner: mem, latency: latency, counts: c}
 		start := time.Now()
 		note, err := fn(st)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		res.Phases = append(res.Phases, phaseCost{Name: name, Wall: time.Since(start), Requests: c.snapshot(), Note: note})
+		res.Phases = append(res.Phases, phaseCost{Name: name, Wall: time.Since(start), Requests: c.Snapshot(), Note: note})
 		return nil
 	}
 	err := run("latest step (restore, push)", func(st store.Store) (string, error) {

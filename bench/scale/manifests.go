@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/restore"
@@ -93,30 +91,9 @@ func measureManifest(ctx context.Context, dir string, files int, latency time.Du
 	return res
 }
 
-// planBig plans, through a store with latency, a restore of every file,
-// then one of node 0's ranks.
+// planBig plans a restore of every file, then one of node 0's 8 ranks.
 func planBig(ctx context.Context, dir string, mem store.Store, latency time.Duration, res *manifestResult) error {
-	c := &counts{}
-	st := &simStore{inner: mem, latency: latency, counts: c}
-	for _, node := range []bool{false, true} {
-		opts := restore.Options{Store: st, Prefix: simPrefix, Dir: dir + "/restore", Step: restore.LatestStep, PlanOnly: true, Logger: zap.NewNop()}
-		if node {
-			// Node 0 of a job of 8 ranks per node.
-			opts.Ranks = func(r *int) bool { return *r < 8 }
-		}
-		start := time.Now()
-		r, err := restore.Restore(ctx, opts)
-		if err != nil {
-			return fmt.Errorf("plan restore: %w", err)
-		}
-		if node {
-			res.PlanNode, res.PlanNodeFiles = time.Since(start), r.Files
-		} else {
-			res.PlanAll = time.Since(start)
-		}
-	}
-	for _, v := range c.snapshot() {
-		res.PlanRequests += v
-	}
-	return nil
+	p, err := planTwice(ctx, mem, dir, latency, func(o *restore.Options) { o.Ranks = func(r *int) bool { return *r < 8 } })
+	res.PlanAll, res.PlanNode, res.PlanNodeFiles, res.PlanRequests = p.all, p.node, p.nodeFiles, p.requests
+	return err
 }

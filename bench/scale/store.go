@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"io"
-	"sync"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
@@ -28,31 +28,6 @@ var opClass = map[string]string{
 // listPage is how many keys one LIST request returns (S3 and R2).
 const listPage = 1000
 
-// counts tallies requests by operation.
-type counts struct {
-	mu sync.Mutex
-	m  map[string]int64
-}
-
-func (c *counts) add(op string, n int64) {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[string]int64{}
-	}
-	c.m[op] += n
-	c.mu.Unlock()
-}
-
-func (c *counts) snapshot() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.m))
-	for k, v := range c.m {
-		out[k] = v
-	}
-	return out
-}
-
 // cost is what requests cost at R2's prices, in dollars.
 func cost(m map[string]int64) float64 {
 	var a, b int64
@@ -74,13 +49,13 @@ func cost(m map[string]int64) float64 {
 type simStore struct {
 	inner   store.Store
 	latency time.Duration
-	counts  *counts
+	counts  *s3store.Counters
 	onPut   func(key string) // after a successful Put
 	onGet   func(key string) // after a successful Get
 }
 
 func (s *simStore) wait(op string) {
-	s.counts.add(op, 1)
+	s.counts.Count(op)
 	if s.latency > 0 {
 		time.Sleep(s.latency)
 	}
