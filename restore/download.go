@@ -351,6 +351,9 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 // keepExisting reports whether the final path already holds a regular file
 // with the manifest's size and BLAKE3, as after an interrupted restore.
 func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error) {
+	if job.absent {
+		return false, nil // its folder did not exist when planning began
+	}
 	fi, err := r.root.Lstat(job.rel)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
