@@ -64,9 +64,14 @@ func tempOf(name string) string {
 // createTemp creates a new, empty temp file beside the root-relative path
 // rel and returns it with its root-relative name.
 func (r *restorer) createTemp(rel string) (*os.File, string, error) {
+	dir, err := r.dirRoot(filepath.Dir(rel))
+	if err != nil {
+		return nil, "", err
+	}
 	for range 10 {
-		tmp := filepath.Join(filepath.Dir(rel), tempName(filepath.Base(rel)))
-		f, err := r.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		name := tempName(filepath.Base(rel))
+		tmp := filepath.Join(filepath.Dir(rel), name)
+		f, err := dir.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
@@ -97,11 +102,37 @@ func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
 	}
-	if err := r.root.Rename(tmp, job.rel); err != nil {
+	dir, err := r.dirRoot(filepath.Dir(job.rel))
+	if err != nil {
+		return err
+	}
+	if err := dir.Rename(filepath.Base(tmp), filepath.Base(job.rel)); err != nil {
 		return err
 	}
 	r.addSyncDir(filepath.Dir(job.rel))
 	return nil
+}
+
+// dirRoot returns the root-relative folder dir as an os.Root of its own,
+// opened once per restore. It stays confined like the target's root: it
+// was opened through it, and a symlink swapped in for the folder later
+// does not move it.
+func (r *restorer) dirRoot(dir string) (*os.Root, error) {
+	if dir == "." || dir == "" {
+		return r.root, nil
+	}
+	if d, ok := r.dirRoots.Load(dir); ok {
+		return d.(*os.Root), nil
+	}
+	d, err := r.root.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := r.dirRoots.LoadOrStore(dir, d); loaded {
+		d.Close() // another file of the folder opened it first
+		return prev.(*os.Root), nil
+	}
+	return d, nil
 }
 
 // addSyncDir notes a root-relative directory whose entries changed.

@@ -210,6 +210,10 @@ type restorer struct {
 	queue    *queue
 	hashBufs sync.Pool
 	root     *os.Root // the target directory; all writes go through it
+	// dirRoots are folders of the target opened as roots of their own,
+	// once each (dirRoot), so that creating and renaming a file there is
+	// one system call rather than a walk from the target's root.
+	dirRoots sync.Map // root-relative folder -> *os.Root
 
 	mu         sync.Mutex
 	done       int64
@@ -283,6 +287,10 @@ func (r *restorer) run(ctx context.Context, p *plan) (err error) {
 		if err != nil {
 			r.removeMadeDirs()
 		}
+		r.dirRoots.Range(func(_, v any) bool {
+			v.(*os.Root).Close()
+			return true
+		})
 		if r.root != nil {
 			r.root.Close()
 		}
