@@ -122,12 +122,10 @@ func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, 
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
+	case <-time.After(d): // collected when it fires or is dropped (Go 1.23)
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
