@@ -145,7 +145,7 @@ func TestCommitNodePartScale(t *testing.T) {
 func TestCommitNodePartDeadClaimant(t *testing.T) {
 	saved := claimTiming
 	t.Cleanup(func() { claimTiming = saved })
-	claimTiming.lease, claimTiming.maxPoll, claimTiming.spread = 150*time.Millisecond, 20*time.Millisecond, 30*time.Millisecond
+	claimTiming.lease, claimTiming.maxPoll, claimTiming.spread = 150*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond
 	r := &commitRun{n: 8, latency: time.Millisecond, preClaim: true}
 	mem := r.run(t)
 	merged, _ := r.check(t, mem)
