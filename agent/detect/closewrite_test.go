@@ -20,9 +20,10 @@ func TestRunCloseWrite(t *testing.T) {
 	opts.StepPattern = `^model-(\d+)\.pt$`
 	opts.Settle = time.Hour
 	opts.CloseWrite = true
-	r := start(t, newWatcher(t, opts))
+	w := newWatcher(t, opts)
+	r := start(t, w)
 	// Files are created after Run's start-up scan has watched the folder.
-	time.Sleep(100 * time.Millisecond)
+	waitEvals(t, w, 1)
 
 	open100 := create(t, dir, "model-100.pt", "first half;")
 	closeFile(t, create(t, dir, "model-200.pt", "whole file"))
@@ -87,12 +88,15 @@ func TestRunCloseWriteFolderRenamed(t *testing.T) {
 	opts := runOpts(dir, "dcp")
 	opts.Settle = time.Hour
 	opts.CloseWrite = true
-	r := start(t, newWatcher(t, opts))
-	time.Sleep(100 * time.Millisecond)
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	waitEvals(t, w, 1)
+	before := w.evals.Load()
 	if err := os.Mkdir(filepath.Join(dir, "incoming"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the watcher adds a watch on the new folder
+	// The evaluation after the folder's event is the one that watched it.
+	waitEvals(t, w, before+1)
 	for _, name := range []string{"__0_0.distcp", "__1_0.distcp", ".metadata"} {
 		closeFile(t, create(t, dir, "incoming/"+name, "bytes of "+name))
 	}
@@ -101,5 +105,18 @@ func TestRunCloseWriteFolderRenamed(t *testing.T) {
 	}
 	if ev := r.expect(Complete, 100); len(ev.Step.Files) != 3 {
 		t.Fatalf("step 100 reported with %d files", len(ev.Step.Files))
+	}
+}
+
+// waitEvals waits until the watcher has evaluated at least n times: an
+// evaluation follows the scan that adds watches.
+func waitEvals(t *testing.T, w *Watcher, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for w.evals.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("watcher made %d evaluations in %v, want %d", w.evals.Load(), waitTimeout, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
