@@ -24,7 +24,7 @@ type Summary struct {
 
 // Summaries reads the committed steps' manifests, the newest last of them
 // (all when last is 0), and returns them oldest first: one LIST per 1,000
-// steps and one GET per step, historyReaders at a time.
+// steps and one GET per step, historyReaders at a time (never a shard).
 func Summaries(ctx context.Context, st store.Store, prefix string, last int) ([]Summary, error) {
 	steps, err := Steps(ctx, st, prefix, max(last, 0))
 	if err != nil {
@@ -35,12 +35,19 @@ func Summaries(ctx context.Context, st store.Store, prefix string, last int) ([]
 	g.SetLimit(historyReaders)
 	for i, step := range steps {
 		g.Go(func() error {
-			m, err := Get(gctx, st, prefix, step)
+			// The manifest document alone: a sharded one records each
+			// shard's file count and bytes, so no shard is read.
+			m, err := getHeader(gctx, st, prefix, step)
 			if err != nil {
 				return fmt.Errorf("step %d: %w", step, err)
 			}
+			sum := Summary{Step: m.Step, Files: len(m.Files), Bytes: m.TotalBytes(), Created: m.Created}
+			for _, sh := range m.Shards {
+				sum.Files += sh.Files
+				sum.Bytes += sh.Bytes
+			}
 			// Keys list newest first; the summary reads oldest first.
-			out[len(steps)-1-i] = Summary{Step: m.Step, Files: len(m.Files), Bytes: m.TotalBytes(), Created: m.Created}
+			out[len(steps)-1-i] = sum
 			return nil
 		})
 	}

@@ -134,3 +134,26 @@ func TestShardedRejectsTampering(t *testing.T) {
 		t.Fatalf("shard lying about its ranks: %v", err)
 	}
 }
+
+// TestShardedSummary: `ferry list` counts a sharded step's files and bytes
+// from the manifest alone.
+func TestShardedSummary(t *testing.T) {
+	smallShards(t)
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	m := rankedManifest()
+	if _, _, err := Commit(ctx, mem, "run", m); err != nil {
+		t.Fatal(err)
+	}
+	st := &store.Faulty{Inner: mem}
+	rows, err := Summaries(ctx, st, "run", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Files != len(m.Files) || rows[0].Bytes != m.TotalBytes() {
+		t.Fatalf("summary %+v, want %d files, %d bytes", rows, len(m.Files), m.TotalBytes())
+	}
+	if n := st.Count("Get"); n != 1 {
+		t.Errorf("%d GETs for the summary of a sharded step, want the manifest alone", n)
+	}
+}
