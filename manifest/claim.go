@@ -105,12 +105,9 @@ func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, 
 		if err := sleepCtx(ctx, pause); err != nil {
 			return false, fmt.Errorf("commit step %d: wait for node merging it: %w", set.Step, err)
 		}
-		_, err := st.Head(ctx, key)
-		if err == nil {
-			return true, nil
-		}
-		if !errors.Is(err, store.ErrNotExist) {
-			return false, fmt.Errorf("commit step %d: look for its commit marker: %w", set.Step, err)
+		done, err := markerValid(ctx, st, prefix, set, key)
+		if err != nil || done {
+			return done, err
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
@@ -119,6 +116,23 @@ func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, 
 		}
 		pause = min(pause*2, claimTiming.maxPoll, deadline.Sub(now))
 	}
+}
+
+// markerValid reports whether the set's done marker is there and the
+// step's manifest with it. A marker without a manifest is left from a step
+// that was pruned (by a prune that stopped before deleting the marker):
+// the step must be committed again, so it does not count.
+func markerValid(ctx context.Context, st store.Store, prefix string, set PartSet, key string) (bool, error) {
+	for _, k := range []string{key, ManifestKey(prefix, set.Step)} {
+		_, err := st.Head(ctx, k)
+		if errors.Is(err, store.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("commit step %d: look for its commit marker: %w", set.Step, err)
+		}
+	}
+	return true, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

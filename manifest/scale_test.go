@@ -176,6 +176,14 @@ func TestCommitWaitsForDoneMarker(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || res.Done() {
 		t.Fatalf("without a marker: %+v, %v", res.Completion, err)
 	}
+	// The claimant commits the merge, then writes the marker.
+	merged, err := MergeParts([]*Part{nodePart(0, 2), nodePart(1, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Commit(ctx, mem, "run", merged); err != nil {
+		t.Fatal(err)
+	}
 	if err := putMarker(ctx, mem, DoneKey("run", set), 100, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +208,32 @@ func TestMarkerKeys(t *testing.T) {
 		if _, ok := ParseMarkerKey("run", bad); ok {
 			t.Errorf("%q parsed as a marker", bad)
 		}
+	}
+}
+
+// TestCommitIgnoresStaleDoneMarker: a claim and a done marker left from a
+// pruned step (no manifest) must not make the nodes of a new push of the
+// step believe it committed: after the lease one of them commits it.
+func TestCommitIgnoresStaleDoneMarker(t *testing.T) {
+	saved := claimTiming
+	t.Cleanup(func() { claimTiming = saved })
+	claimTiming.lease, claimTiming.maxPoll, claimTiming.spread = 150*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	set := PartSet{Step: 100, Nodes: 2}
+	for _, key := range []string{ClaimKey("run", set), DoneKey("run", set)} {
+		if err := putMarker(ctx, mem, key, 100, 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := CommitNodePart(ctx, mem, "run", nodePart(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := CommitNodePart(ctx, mem, "run", nodePart(1, 2))
+	if err != nil || res.ByPeer || !res.Committed {
+		t.Fatalf("node 1: %+v, %v; want it to commit the step itself", res.Completion, err)
+	}
+	if _, err := Get(ctx, mem, "run", 100); err != nil {
+		t.Fatalf("step not committed: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // deleters bounds the delete requests in flight.
@@ -49,10 +50,20 @@ func Execute(ctx context.Context, opts Options, p *Plan) error {
 		}
 		log.Debug("pruned step", zap.Int64("step", p.Pruned[i]))
 	}
+	// A set's commit markers go before its parts: a prune that stops in
+	// between must not leave a done marker for parts pushed again.
+	var markers, parts []string
+	for _, k := range p.Parts {
+		if _, ok := manifest.ParseMarkerKey(opts.Prefix, k); ok {
+			markers = append(markers, k)
+		} else {
+			parts = append(parts, k)
+		}
+	}
 	for _, stage := range []struct {
 		what string
 		keys []string
-	}{{"object", p.Objects}, {"expired tombstone", p.ExpiredTombstones}, {"node part", p.Parts}} {
+	}{{"object", p.Objects}, {"expired tombstone", p.ExpiredTombstones}, {"commit marker", markers}, {"node part", parts}} {
 		if err := deleteAll(ctx, st, stage.what, stage.keys); err != nil {
 			return err
 		}
