@@ -103,20 +103,12 @@ func DecodePart(data []byte, prefix string) (*Part, error) {
 // returns ErrNoPart if the part is absent.
 func GetPart(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (*Part, error) {
 	key := PartKey(prefix, set, nodeRank)
-	rc, err := st.Get(ctx, key, 0, -1)
+	data, err := ReadObject(ctx, st, key)
 	if errors.Is(err, store.ErrNotExist) {
 		return nil, fmt.Errorf("%s, node %d: %w", set, nodeRank, ErrNoPart)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read part manifest %s: %w", key, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read part manifest %s: %w", key, err)
-	}
-	if len(data) > MaxManifestSize {
-		return nil, fmt.Errorf("part manifest %s larger than %d bytes", key, MaxManifestSize)
 	}
 	p, err := DecodePart(data, prefix)
 	if err != nil {
@@ -162,4 +154,22 @@ func PutPart(ctx context.Context, st store.Store, prefix string, p *Part) (store
 			p.Step, p.NodeRank, p.Nodes, ErrPartConflict, key)
 	}
 	return prev, false, nil
+}
+
+// ReadObject reads a whole object of at most MaxManifestSize bytes: a
+// manifest, a tombstone, a part manifest or a manifest shard.
+func ReadObject(ctx context.Context, st store.Store, key string) ([]byte, error) {
+	rc, err := st.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxManifestSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes", key, MaxManifestSize)
+	}
+	return data, nil
 }

@@ -142,15 +142,14 @@ func GetFiltered(ctx context.Context, st store.Store, prefix string, step int64,
 // getHeader reads and validates the manifest document of a step.
 func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
 	key := ManifestKey(prefix, step)
-	rc, err := st.Get(ctx, key, 0, -1)
+	data, err := ReadObject(ctx, st, key)
 	if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
 		return nil, fmt.Errorf("step %d: %w", step, ErrNoCheckpoint)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", key, err)
 	}
-	defer rc.Close()
-	m, err := Decode(rc, prefix)
+	m, err := DecodeBytes(data, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", key, err)
 	}

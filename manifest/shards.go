@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
@@ -213,12 +212,7 @@ func Resolve(ctx context.Context, st store.Store, prefix string, m *Manifest, fi
 
 // readShard reads and checks shard i of a manifest.
 func readShard(ctx context.Context, st store.Store, prefix string, step int64, i int, sh Shard) ([]File, error) {
-	rc, err := st.Get(ctx, sh.Key, 0, -1)
-	if err != nil {
-		return nil, fmt.Errorf("read manifest shard %s: %w", sh.Key, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
+	data, err := ReadObject(ctx, st, sh.Key)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest shard %s: %w", sh.Key, err)
 	}

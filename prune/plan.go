@@ -1,11 +1,9 @@
 package prune
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -86,7 +84,7 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 	protectPruned := pl.opts.MinAge > 0
 	err = pl.each(ctx, steps, func(ctx context.Context, step int64) error {
 		key := manifest.ManifestKey(prefix, step)
-		data, err := readAll(ctx, st, key)
+		data, err := manifest.ReadObject(ctx, st, key)
 		if err != nil {
 			return fmt.Errorf("prune: read manifest of step %d: %w", step, err)
 		}
@@ -140,7 +138,7 @@ func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 		return fmt.Errorf("prune: list tombstones: %w", err)
 	}
 	return pl.eachKey(ctx, young, func(ctx context.Context, key string) error {
-		data, err := readAll(ctx, st, key)
+		data, err := manifest.ReadObject(ctx, st, key)
 		if errors.Is(err, store.ErrNotExist) {
 			return nil // expired by a concurrent prune
 		}
@@ -214,7 +212,7 @@ func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool)
 		}
 	}
 	return pl.eachKey(ctx, live, func(ctx context.Context, key string) error {
-		data, err := readAll(ctx, st, key)
+		data, err := manifest.ReadObject(ctx, st, key)
 		if errors.Is(err, store.ErrNotExist) {
 			return nil // its step was committed and pruned meanwhile
 		}
@@ -328,22 +326,6 @@ func (pl *planner) eachKey(ctx context.Context, keys []string, fn func(context.C
 		g.Go(func() error { return fn(gctx, k) })
 	}
 	return g.Wait()
-}
-
-func readAll(ctx context.Context, st store.Store, key string) ([]byte, error) {
-	rc, err := st.Get(ctx, key, 0, -1)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(rc, manifest.MaxManifestSize+1)); err != nil {
-		return nil, err
-	}
-	if buf.Len() > manifest.MaxManifestSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", key, manifest.MaxManifestSize)
-	}
-	return buf.Bytes(), nil
 }
 
 // logPlan logs a summary of a plan.
