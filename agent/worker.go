@@ -7,7 +7,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -199,7 +198,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		NodeRank: a.opts.NodeRank,
 		Run:      a.opts.Run,
 		Root:     step.Root,
-		Layout:   strings.TrimPrefix(a.watcher.LayoutName(), "auto"),
+		Layout:   a.detectedLayout(),
 
 		AllowEmpty: a.opts.AllowEmpty,
 	})
@@ -440,4 +439,13 @@ func removeEmptyDirs(root, rel string) {
 func (a *Agent) destination() uploader.Destination {
 	return uploader.Destination{Store: a.opts.Store, Location: a.opts.URL, Prefix: a.opts.Prefix, StateDir: a.uploadStateDir(),
 		Nodes: a.opts.Nodes, NodeRank: a.opts.NodeRank, Logger: a.log}
+}
+
+// detectedLayout is the layout to record in the manifest: the one the
+// watcher uses, "" while auto has not chosen one.
+func (a *Agent) detectedLayout() string {
+	if name := a.watcher.LayoutName(); name != "auto" {
+		return name
+	}
+	return ""
 }

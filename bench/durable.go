@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/trainsim"
@@ -146,12 +147,12 @@ func (b *bench) newestLag(ctx context.Context, policy string) (lagResult, error)
 	defer func() { _ = b.srv.removePrefix(prefix) }()
 	time.Sleep(time.Second)
 	steps := make([]int64, lagSteps)
-	list := ""
+	names := make([]string, lagSteps)
 	for i := range steps {
 		steps[i] = int64(100 * (i + 1))
-		list += fmt.Sprintf("%s%d", map[bool]string{true: "", false: ","}[i == 0], steps[i])
+		names[i] = fmt.Sprint(steps[i])
 	}
-	args := append(trainArgs(filepath.Join(root, "ckpt"), 2, lagSize, 1000, list), "--interval", lagInterval.String())
+	args := append(trainArgs(filepath.Join(root, "ckpt"), 2, lagSize, 1000, strings.Join(names, ",")), "--interval", lagInterval.String())
 	train := exec.CommandContext(ctx, b.cfg.trainsim, args...)
 	if err := train.Start(); err != nil {
 		return res, err

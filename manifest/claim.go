@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/store"
@@ -45,7 +46,7 @@ func DoneKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix,
 // its set.
 func ParseMarkerKey(prefix, key string) (PartSet, bool) {
 	for _, name := range []string{"claim.json", "done.json"} {
-		dir, ok := cutSuffix(key, name)
+		dir, ok := strings.CutSuffix(key, name)
 		if !ok {
 			continue
 		}
@@ -55,13 +56,6 @@ func ParseMarkerKey(prefix, key string) (PartSet, bool) {
 		}
 	}
 	return PartSet{}, false
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) < len(suffix) || s[len(s)-len(suffix):] != suffix {
-		return s, false
-	}
-	return s[:len(s)-len(suffix)], true
 }
 
 type marker struct {
