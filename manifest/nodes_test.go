@@ -246,10 +246,10 @@ func TestMergePartsRejectsIncompleteSet(t *testing.T) {
 	}
 }
 
-func TestPreviousStepAndContains(t *testing.T) {
+func TestStepAtOrBeforeAndContains(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemStore()
-	if _, err := PreviousStep(ctx, st, "run", 10); !errors.Is(err, ErrNoCheckpoint) {
+	if _, err := StepAtOrBefore(ctx, st, "run", 10); !errors.Is(err, ErrNoCheckpoint) {
 		t.Fatalf("empty: %v", err)
 	}
 	for _, step := range []int64{3, 7, 12} {
@@ -259,13 +259,13 @@ func TestPreviousStepAndContains(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for step, want := range map[int64]int64{10: 7, 7: 3, 12: 7, 100: 12} {
-		if got, err := PreviousStep(ctx, st, "run", step); err != nil || got != want {
-			t.Errorf("PreviousStep(%d) = %d, %v; want %d", step, got, err, want)
+	for step, want := range map[int64]int64{10: 7, 7: 7, 6: 3, 12: 12, 100: 12} {
+		if got, err := StepAtOrBefore(ctx, st, "run", step); err != nil || got != want {
+			t.Errorf("StepAtOrBefore(%d) = %d, %v; want %d", step, got, err, want)
 		}
 	}
-	if _, err := PreviousStep(ctx, st, "run", 3); !errors.Is(err, ErrNoCheckpoint) {
-		t.Errorf("PreviousStep(3) = %v", err)
+	if _, err := StepAtOrBefore(ctx, st, "run", 2); !errors.Is(err, ErrNoCheckpoint) {
+		t.Errorf("StepAtOrBefore(2) = %v", err)
 	}
 	m := valid()
 	sub := valid()

@@ -209,19 +209,6 @@ func Latest(ctx context.Context, st store.Store, prefix string) (*Manifest, erro
 	return Get(ctx, st, prefix, step)
 }
 
-// PreviousStep returns the newest committed step before step, with one
-// LIST of one key (manifest keys sort newest first), or ErrNoCheckpoint.
-func PreviousStep(ctx context.Context, st store.Store, prefix string, step int64) (int64, error) {
-	if step <= 0 {
-		return 0, fmt.Errorf("before step %d: %w", step, ErrNoCheckpoint)
-	}
-	found, err := StepAtOrBefore(ctx, st, prefix, step-1)
-	if errors.Is(err, ErrNoCheckpoint) {
-		return 0, fmt.Errorf("before step %d: %w", step, ErrNoCheckpoint)
-	}
-	return found, err
-}
-
 // StepAtOrBefore returns the newest committed step not after step, or
 // ErrNoCheckpoint, with one LIST of one key: a push learns with one request
 // whether its step is committed and, if not, which step to deduplicate
