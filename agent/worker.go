@@ -342,7 +342,8 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		// restart the bucket listing still marks it done.
 		a.log.Error("could not record the committed step in the journal", zap.Int64("step", n), zap.Error(err))
 	}
-	a.opts.Metrics.Committed(n, now.Sub(e.lastWrite()))
+	ttd := now.Sub(e.lastWrite())
+	a.opts.Metrics.Committed(n, ttd)
 	verb := "committed step"
 	switch {
 	case res.Pending:
@@ -355,7 +356,7 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		verb = "step was already committed with identical content"
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
-		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", now.Sub(e.lastWrite()).Round(time.Millisecond)))
+		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
 	if a.opts.KeepLocal > 0 {
 		a.keepLocal(ctx)
 	}
