@@ -59,7 +59,6 @@ type Options struct {
 	Prefix string
 	URL    string
 	// Detect configures the watcher; Dir is the watched directory.
-	// AlreadyDone is set by the agent.
 	Detect detect.Options
 	// Upload configures the uploader (part size, concurrency, bandwidth).
 	// Store, State and Logger are set by the agent.
@@ -118,6 +117,12 @@ type Agent struct {
 	lastErr string
 	// remote holds the steps committed in the bucket when the agent started.
 	remote map[int64]bool
+	// counter is the number the next counted step (detect.Step.Counted)
+	// gets: above every step committed here or in the bucket, so a new
+	// file never takes a committed step's number. counted maps the
+	// watcher's ID of each counted step to the number it was given.
+	counter int64
+	counted map[string]int64
 
 	wake     chan struct{}
 	draining atomic.Bool
@@ -200,13 +205,11 @@ func New(opts Options) (*Agent, error) {
 		changed: make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		remote:  map[int64]bool{},
+		counted: map[string]int64{},
 	}
+	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
-	dopts.AlreadyDone = a.alreadyDone
-	if dopts.CounterStart == 0 {
-		dopts.CounterStart = a.lastCommitted() + 1
-	}
 	if a.watcher, err = detect.New(dopts); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -221,37 +224,58 @@ func (o *Options) identity() Identity {
 // uploadStateDir holds the uploader's per-step state files.
 func (a *Agent) uploadStateDir() string { return filepath.Join(a.opts.StateDir, "uploads") }
 
-// alreadyDone tells the watcher which steps need no upload: committed by
-// this agent before (journal) or found in the bucket at start-up. Every
-// step it skips is logged with the reason.
-func (a *Agent) alreadyDone(s detect.Step) bool {
-	files := localFiles(s)
+// alreadyDoneLocked reports whether a step the watcher found complete needs
+// no upload: committed by this agent before (journal) or found in the
+// bucket at start-up; the watcher reports every complete step when it
+// starts. A counted step is recognised by its content, since its number is
+// new at every start. why is the log line saying so, warn whether it is a
+// warning.
+func (a *Agent) alreadyDoneLocked(s *detect.Step) (done bool, why string, warn bool) {
+	files := localFiles(*s)
 	if s.Counted {
-		// Numbered by the flat layout's counter: the number is new at
-		// every start, the content is what identifies the step.
 		if n, ok := a.journal.findContent(s.Root, files); ok {
-			a.log.Info("not uploading: these files were committed before as this step", zap.Int64("step", n),
-				zap.String("root", s.Root), zap.Int("files", len(files)))
-			return true
+			return true, fmt.Sprintf("not uploading %s: these files were committed before as step %d", s.ID, n), false
 		}
-		return false
+		return false, "", false
 	}
 	if e, ok := a.journal.get(s.Number); ok {
 		if e.Root == s.Root && sameLocalFiles(e.Files, files) {
-			a.log.Info("not uploading: step already committed by this agent", zap.Int64("step", s.Number))
-		} else {
-			a.log.Warn("not uploading: step already committed to this destination, but its files on disk changed since; the bucket keeps the committed version",
-				zap.Int64("step", s.Number), zap.String("to", a.opts.URL))
+			return true, "not uploading: step already committed by this agent", false
 		}
-		return true
+		return true, "not uploading: step already committed to this destination, but its files on disk changed since; the bucket keeps the committed version", true
 	}
-	a.mu.Lock()
-	remote := a.remote[s.Number]
-	a.mu.Unlock()
-	if remote {
-		a.log.Info("not uploading: step already committed in the bucket", zap.Int64("step", s.Number), zap.String("to", a.opts.URL))
+	if a.remote[s.Number] {
+		return true, "not uploading: step already committed in the bucket", false
 	}
-	return remote
+	return false, "", false
+}
+
+// numberLocked gives a watcher event the agent's step number: the one read
+// from names, or for a counted step the next counter value when it is
+// reported complete and the one it was given when it is withdrawn. ok is
+// false for an event that concerns no step of the agent (a counted step it
+// never took on).
+func (a *Agent) numberLocked(ev *detect.Event) (n int64, ok bool) {
+	s := &ev.Step
+	if !s.Counted {
+		return s.Number, true
+	}
+	switch ev.Kind {
+	case detect.Complete:
+		n = a.counter
+		a.counter++
+		a.counted[s.ID] = n
+	case detect.Deleted:
+		if n, ok = a.counted[s.ID]; !ok {
+			return 0, false
+		}
+	default:
+		if n, ok = a.counted[s.ID]; !ok {
+			n = a.counter // shown in status until the step is readable
+		}
+	}
+	s.Number = n
+	return n, true
 }
 
 // localFiles is how the journal records a step's files.
@@ -357,13 +381,8 @@ func (a *Agent) loadRemote(ctx context.Context) error {
 		a.remote[s] = true
 		newest = max(newest, s)
 	}
+	a.counter = max(a.counter, newest+1)
 	a.mu.Unlock()
-	if newest >= 0 {
-		// Steps numbered by a counter continue above the bucket's: a new
-		// file must never take the number of a committed step (and be
-		// skipped as already committed).
-		a.watcher.SetCounterFloor(newest + 1)
-	}
 	return nil
 }
 

@@ -11,11 +11,27 @@ import (
 	"go.uber.org/zap"
 )
 
-// handle applies one watcher event. It never blocks on uploads.
+// handle applies one watcher event: the watcher reports what it sees on
+// disk and the agent decides, against its journal and the bucket, what it
+// means. It never blocks on uploads or I/O.
 func (a *Agent) handle(ev detect.Event) {
-	n := ev.Step.Number
 	a.mu.Lock()
+	if ev.Kind == detect.Complete {
+		if done, why, warn := a.alreadyDoneLocked(&ev.Step); done {
+			a.mu.Unlock()
+			log := a.log.Info
+			if warn {
+				log = a.log.Warn
+			}
+			log(why, stepField(&ev.Step), zap.String("to", a.opts.URL))
+			return
+		}
+	}
 	defer a.mu.Unlock()
+	n, ok := a.numberLocked(&ev)
+	if !ok {
+		return
+	}
 	defer a.changedLocked()
 	e := a.steps[n]
 	switch ev.Kind {
@@ -75,6 +91,14 @@ func (a *Agent) handle(ev detect.Event) {
 	case a.wake <- struct{}{}:
 	default:
 	}
+}
+
+// stepField names a step in a log line: its number, or a counted step's ID.
+func stepField(s *detect.Step) zap.Field {
+	if s.Counted {
+		return zap.String("step", s.ID)
+	}
+	return zap.Int64("step", s.Number)
 }
 
 func (a *Agent) queueDepthLocked() int {

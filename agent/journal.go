@@ -15,7 +15,7 @@ import (
 )
 
 // maxJournalSteps bounds the journal; older committed steps are forgotten
-// (they are in the bucket, and AlreadyDone also asks the bucket).
+// (they are in the bucket, which the agent lists at start).
 const maxJournalSteps = 4096
 
 // journal is the agent's record of committed steps, kept in the state dir,

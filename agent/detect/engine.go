@@ -136,6 +136,7 @@ func (e *engine) build(c *Candidate) Step {
 	}
 	s.Symlinks = links
 	s.Generated = append([]Generated(nil), s.Generated...)
+	s.ID, s.Counted = c.id(), s.Number < 0
 	sortStep(&s)
 	return s
 }

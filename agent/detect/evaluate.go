@@ -62,10 +62,8 @@ type stepState struct {
 	// (recursively) or the folders holding its files.
 	root string
 	dirs []string
-	// reported is set once the step was reported Complete, or accepted
-	// as already done (silent: no Deleted event follows).
+	// reported is set once the step was reported Complete.
 	reported bool
-	silent   bool
 	step     Step
 	// errMsg is the last Error reported, to report each error once.
 	errMsg string
@@ -116,9 +114,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 			if st.fp.equal(fp) {
 				continue
 			}
-			if !st.silent {
-				events = append(events, Event{Kind: Deleted, Step: st.step, Err: fmt.Errorf("step %d: %w", st.step.Number, ErrChanged)})
-			}
+			events = append(events, Event{Kind: Deleted, Step: st.step, Err: fmt.Errorf("step %s: %w", st.step.Name(), ErrChanged)})
 			st = nil
 		}
 		if st == nil {
@@ -156,7 +152,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		if seen[id] {
 			continue
 		}
-		if st.reported && !st.silent {
+		if st.reported {
 			events = append(events, Event{Kind: Deleted, Step: st.step})
 		}
 		delete(w.states, id)
@@ -166,27 +162,18 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	return events, next
 }
 
-// report turns settled candidates into Complete or Error events, numbering
-// counter steps first.
+// report turns settled candidates into Complete or Error events, counted
+// steps (Number -1) in the order the caller should number them.
 func (w *Watcher) report(ready []Candidate) []Event {
 	e := w.engine
 	steps := make([]Step, len(ready))
 	for i := range ready {
 		steps[i] = e.build(&ready[i])
 	}
-	order := counterOrder(steps)
 	var events []Event
-	for _, i := range order {
+	for _, i := range counterOrder(steps) {
 		c, s := &ready[i], &steps[i]
 		st := w.states[c.id()]
-		counted := s.Number < 0
-		if counted {
-			s.Number, s.Counted = w.counter, true
-		}
-		if w.opts.AlreadyDone != nil && w.opts.AlreadyDone(*s) {
-			st.reported, st.silent, st.step = true, true, *s
-			continue
-		}
 		if err := e.readable(c, s); err != nil {
 			if msg := err.Error(); msg != st.errMsg {
 				st.errMsg = msg
@@ -194,10 +181,7 @@ func (w *Watcher) report(ready []Candidate) []Event {
 			}
 			continue
 		}
-		if counted {
-			w.counter++
-		}
-		st.reported, st.silent, st.step, st.errMsg = true, false, *s, ""
+		st.reported, st.step, st.errMsg = true, *s, ""
 		events = append(events, Event{Kind: Complete, Step: *s})
 	}
 	return events

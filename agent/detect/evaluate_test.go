@@ -51,7 +51,7 @@ func (h *harness) expect(advance time.Duration, want ...string) []Event {
 	evs := h.events(advance)
 	got := []string{}
 	for _, ev := range evs {
-		got = append(got, fmt.Sprintf("%v %d", ev.Kind, ev.Step.Number))
+		got = append(got, fmt.Sprintf("%v %s", ev.Kind, ev.Step.Name()))
 	}
 	if want == nil {
 		want = []string{}
@@ -192,23 +192,23 @@ func TestChangedAfterReport(t *testing.T) {
 	}
 }
 
-func TestAlreadyDoneAfterRestart(t *testing.T) {
+// A new watcher over the same folder, as after a restart, reports every
+// complete step again: the caller, not the watcher, knows what it
+// committed. A step that vanishes later is reported Deleted.
+func TestRestartReportsEveryStep(t *testing.T) {
 	dir := copyTree(t, "deepspeed")
 	h := newHarness(t, dir, Options{Layout: "deepspeed"})
 	h.expect(0)
 	h.expect(testSettle, "complete 100", "complete 200")
-	committed := map[int64]bool{100: true, 200: true}
-	// A new watcher over the same folder, as after a restart.
-	h2 := newHarness(t, dir, Options{Layout: "deepspeed", AlreadyDone: func(s Step) bool { return committed[s.Number] }})
+	h2 := newHarness(t, dir, Options{Layout: "deepspeed"})
 	h2.expect(0)
-	h2.expect(testSettle)
+	h2.expect(testSettle, "complete 100", "complete 200")
 	write(t, dir, "latest", "global_step300")
 	h2.expect(0, "complete 300") // its files settled long ago
-	// Steps accepted as done give no Deleted either.
 	if err := os.RemoveAll(filepath.Join(dir, "global_step100")); err != nil {
 		t.Fatal(err)
 	}
-	h2.expect(0)
+	h2.expect(0, "deleted 100")
 }
 
 func TestDeepSpeedLatestNamesLaterStep(t *testing.T) {
@@ -273,15 +273,18 @@ func TestNoMarker(t *testing.T) {
 	h.expect(testSettle, "complete 500", "complete 1000", "complete 1500")
 }
 
+// Without a step pattern the flat layout reports each entry as a counted
+// step, identified by its name, for the caller to number; a changed entry
+// is withdrawn by the same ID and reported again.
 func TestFlatCounter(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "a.bin", "a")
 	write(t, dir, ".hidden", "never a step")
-	h := newHarness(t, dir, Options{Layout: "flat", CounterStart: 1})
+	h := newHarness(t, dir, Options{Layout: "flat"})
 	h.expect(0)
-	evs := h.expect(testSettle, "complete 1")
-	if evs[0].Step.Files[0].RelPath != "a.bin" {
-		t.Errorf("step 1 = %v", evs[0].Step)
+	evs := h.expect(testSettle, "complete name:a.bin")
+	if s := evs[0].Step; !s.Counted || s.Number != -1 || s.Files[0].RelPath != "a.bin" {
+		t.Errorf("step = %+v, want counted a.bin numbered -1", s)
 	}
 	write(t, dir, "b.bin.tmp", "b")
 	h.expect(time.Hour)
@@ -289,18 +292,13 @@ func TestFlatCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.expect(0)
-	h.expect(testSettle, "complete 2")
-	// Restart: the caller recognises what it committed by its files.
-	done := map[string]bool{"a.bin": true, "b.bin": true}
-	h2 := newHarness(t, dir, Options{Layout: "flat", CounterStart: 3, AlreadyDone: func(s Step) bool {
-		return done[s.Files[0].RelPath]
-	}})
-	write(t, dir, "c.bin", "c")
-	h2.expect(0)
-	evs = h2.expect(testSettle, "complete 3")
-	if evs[0].Step.Files[0].RelPath != "c.bin" {
-		t.Errorf("step 3 = %v", evs[0].Step)
+	h.expect(testSettle, "complete name:b.bin")
+	write(t, dir, "a.bin", "a, rewritten")
+	evs = h.expect(0, "deleted name:a.bin")
+	if !errors.Is(evs[0].Err, ErrChanged) || !strings.Contains(evs[0].Err.Error(), "step name:a.bin") {
+		t.Errorf("deleted: %v, want a change of step name:a.bin", evs[0].Err)
 	}
+	h.expect(testSettle, "complete name:a.bin")
 }
 
 func TestOverflowRescans(t *testing.T) {

@@ -13,12 +13,7 @@ import (
 // The agent runs the watcher in its errgroup and consumes events in
 // another goroutine of the same group.
 func ExampleWatcher_Run() {
-	committed := map[int64]bool{} // in the agent: read from the store
-	w, err := detect.New(detect.Options{
-		Dir:         "/scratch/ckpt",
-		Layout:      "auto",
-		AlreadyDone: func(s detect.Step) bool { return committed[s.Number] },
-	})
+	w, err := detect.New(detect.Options{Dir: "/scratch/ckpt", Layout: "auto"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -36,7 +31,8 @@ func ExampleWatcher_Run() {
 			case ev := <-events:
 				switch ev.Kind {
 				case detect.Complete:
-					// upload ev.Step.Files, ev.Step.Symlinks and
+					// skip a step committed before (every step is
+					// reported at start); number a counted one; upload ev.Step.Files, ev.Step.Symlinks and
 					// ev.Step.Generated, then commit; on failure keep
 					// ev.Step and retry it (it is reported once).
 				case detect.Deleted:

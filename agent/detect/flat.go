@@ -14,10 +14,10 @@ import (
 //   - Steps: with Options.StepPattern, the entries of the root whose names
 //     it matches, grouped by the number it reads (so "model-100.pt" and
 //     "optim-100.pt" form step 100); entries it does not match are ignored.
-//     Without a pattern, each entry is its own step and is numbered when it
-//     is reported, from Options.CounterStart up, in order of modification
-//     time; Options.AlreadyDone then identifies steps by Root and Files,
-//     since numbers are not stable across restarts.
+//     Without a pattern, each entry is its own counted step (Step.Counted,
+//     Number -1, ID "name:<entry>"), reported in order of modification
+//     time; the caller numbers them, and identifies them by Root and Files
+//     across restarts since such numbers are not stable.
 //   - Root: the folder when the step is one folder, else "".
 //   - Marker: none; the settle window alone decides. Names starting with "."
 //     are ignored; temporary names hold back the step they would belong to.

@@ -84,7 +84,7 @@ func symlink(t *testing.T, dir, rel, target string) {
 // "path@rank", links as "path -> target", generated files as
 // "path = content".
 func describe(s Step) []string {
-	out := []string{fmt.Sprintf("step %d root %q", s.Number, s.Root)}
+	out := []string{fmt.Sprintf("step %s root %q", s.Name(), s.Root)}
 	for _, f := range s.Files {
 		if f.Rank != nil {
 			out = append(out, f.RelPath+"@"+strconv.Itoa(*f.Rank))

@@ -89,12 +89,12 @@ func TestScanLayouts(t *testing.T) {
 			},
 		},
 		{
-			tree: "flat", layout: "flat", opts: Options{CounterStart: 7},
+			tree: "flat", layout: "flat",
 			want: [][]string{
-				{`step 7 root "eval-200"`, "eval-200/scores.json"},
-				{`step 8 root ""`, "model-100.pt"},
-				{`step 9 root ""`, "model-200.pt"},
-				{`step 10 root ""`, "notes.txt"},
+				{`step name:eval-200 root "eval-200"`, "eval-200/scores.json"},
+				{`step name:model-100.pt root ""`, "model-100.pt"},
+				{`step name:model-200.pt root ""`, "model-200.pt"},
+				{`step name:notes.txt root ""`, "notes.txt"},
 			},
 		},
 	}
@@ -185,7 +185,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{Dir: ".", Layout: "orbax"},
 		{Dir: ".", Layout: "flat", StepPattern: "("},
 		{Dir: ".", ExpectedRanks: -1},
-		{Dir: ".", CounterStart: -1},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)

@@ -41,10 +41,6 @@ type Options struct {
 	// the flat layout (entries that do not match are ignored) and to folder
 	// names by the dcp layout (instead of the folder's trailing digits).
 	StepPattern string
-	// CounterStart is the first number the flat layout hands out when it
-	// has no StepPattern; the caller passes one more than its last
-	// committed step so numbers continue across restarts.
-	CounterStart int64
 	// ExpectedRanks, when positive, holds a step back until files of at
 	// least that many distinct ranks are present. 0 means unknown: rely on
 	// the marker and the settle window.
@@ -62,12 +58,6 @@ type Options struct {
 	// with fsnotify (see closewrite.go). Steps it cannot vouch for wait out
 	// Settle as before.
 	CloseWrite bool
-	// AlreadyDone, when set, is asked before a step is reported Complete;
-	// true means the caller has already committed it (for example before a
-	// restart), so the step is remembered as reported and no event is sent,
-	// not even Deleted when it later disappears. It is called from Run's
-	// goroutine and must not block for long.
-	AlreadyDone func(Step) bool
 	// Logger receives warnings (skipped links, failed watches) and, at
 	// debug level, why steps are pending. Nil means no logging.
 	Logger *zap.Logger
@@ -92,9 +82,6 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
-	}
-	if c.CounterStart < 0 {
-		return c, fmt.Errorf("detect: Options.CounterStart %d is negative", c.CounterStart)
 	}
 	if c.ExpectedRanks < 0 {
 		return c, fmt.Errorf("detect: Options.ExpectedRanks %d is negative", c.ExpectedRanks)

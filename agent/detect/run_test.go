@@ -111,27 +111,6 @@ func TestRunNestedFoldersAndDeletion(t *testing.T) {
 	r.expect(Complete, 300)
 }
 
-func TestRunRestartWithAlreadyDone(t *testing.T) {
-	dir := t.TempDir()
-	write(t, dir, "checkpoint-10/model.safetensors", "m")
-	write(t, dir, "checkpoint-10/trainer_state.json", "{}")
-	w := newWatcher(t, runOpts(dir, "hf"))
-	r := start(t, w)
-	r.expect(Complete, 10)
-	r.stop()
-
-	committed := map[int64]bool{10: true}
-	opts := runOpts(dir, "hf")
-	opts.AlreadyDone = func(s Step) bool { return committed[s.Number] }
-	w2 := newWatcher(t, opts)
-	r2 := start(t, w2)
-	write(t, dir, "checkpoint-20/model.safetensors", "m")
-	write(t, dir, "checkpoint-20/trainer_state.json", "{}")
-	// Events of one evaluation come in step order, so a duplicate of 10
-	// would come first.
-	r2.expect(Complete, 20)
-}
-
 func TestRunPoll(t *testing.T) {
 	dir := t.TempDir()
 	opts := runOpts(dir, "auto")

@@ -6,8 +6,8 @@ import (
 )
 
 // Scan looks at the directory once and returns its complete steps, in step
-// order, without touching the watcher's memory (it is safe while Run runs,
-// and ignores Options.AlreadyDone). Having nothing to observe over time, it
+// order, without touching the watcher's memory (it is safe while Run runs).
+// Having nothing to observe over time, it
 // takes a step as settled when its newest file was modified at least
 // Options.Settle ago by the local clock. Steps that cannot be read are left
 // out and their errors joined into the returned error; the other steps are
@@ -36,16 +36,11 @@ func (w *Watcher) Scan() ([]Step, error) {
 	}
 	var out []Step
 	var errs []error
-	counter := e.opts.CounterStart
 	for _, i := range counterOrder(steps) {
 		s := steps[i]
 		if err := e.readable(&cands[i], &s); err != nil {
 			errs = append(errs, err)
 			continue
-		}
-		if s.Number < 0 {
-			s.Number, s.Counted = counter, true
-			counter++
 		}
 		out = append(out, s)
 	}

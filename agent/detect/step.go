@@ -3,19 +3,24 @@ package detect
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
 // Step is one checkpoint step as found on disk.
 type Step struct {
 	// Number is the training step (batch, iteration) the layout read from
-	// the names on disk, or the counter value for the flat layout without a
-	// step pattern.
+	// the names on disk, or -1 for a counted step.
 	Number int64
-	// Counted is true when Number came from the counter rather than from
-	// names on disk: it is not stable across restarts, so a caller that
-	// remembers steps must identify a counted step by Root and Files.
+	// Counted is true for a step whose names carry no number (the flat
+	// layout without a step pattern): the caller numbers it, and since
+	// such a number is not stable across restarts, a caller that remembers
+	// steps must identify a counted step by Root and Files.
 	Counted bool
+	// ID identifies the step to the watcher for as long as it runs: the
+	// number read from names, or the entry's name for a counted step. A
+	// Deleted event carries the ID of the step it withdraws.
+	ID string
 	// Root is the step's folder relative to the watched root, or "" when the
 	// step is made of files lying directly in the root (Composer's
 	// single-file checkpoints, flat files).
@@ -64,6 +69,15 @@ type Generated struct {
 	RelPath string
 	// Data is the file's whole content.
 	Data []byte
+}
+
+// Name is how logs and errors name the step: its number, or its ID when
+// it is counted.
+func (s *Step) Name() string {
+	if s.Counted {
+		return s.ID
+	}
+	return strconv.FormatInt(s.Number, 10)
 }
 
 // TotalBytes returns the sum of the sizes of the step's files.

@@ -19,8 +19,7 @@ import (
 // reported for as long as it lives, across successive calls to Run.
 type Watcher struct {
 	*engine
-	states  map[string]*stepState
-	counter int64
+	states map[string]*stepState
 	// evals counts evaluations, so tests can see that an idle watcher
 	// does nothing.
 	evals atomic.Int64
@@ -55,9 +54,8 @@ func New(opts Options) (*Watcher, error) {
 		return nil, err
 	}
 	return &Watcher{
-		engine:  e,
-		states:  map[string]*stepState{},
-		counter: o.CounterStart,
+		engine: e,
+		states: map[string]*stepState{},
 	}, nil
 }
 
@@ -78,14 +76,6 @@ func (w *Watcher) Pending() []Pending {
 		return append([]Pending(nil), (*p)...)
 	}
 	return nil
-}
-
-// SetCounterFloor makes the counter (flat layout without a StepPattern)
-// hand out numbers from at least n, for a caller that learned of higher
-// committed steps after New (the bucket's, listed at start). Call it
-// before Run.
-func (w *Watcher) SetCounterFloor(n int64) {
-	w.counter = max(w.counter, n)
 }
 
 // Run watches the directory and sends events to out until ctx is
