@@ -82,7 +82,7 @@ type Options struct {
 	// commits the step (uploader.PushOptions). 0 or 1 node commits directly.
 	Nodes, NodeRank int
 	// Run identifies this incarnation of a multi-node job
-	// (uploader.PushOptions.Run).
+	// (uploader.Destination.Run).
 	Run string
 	// KeepRemote, when > 0, prunes the bucket after each commit this agent
 	// writes, keeping the KeepRemote newest steps (prune.Policy.KeepLast,

@@ -154,8 +154,6 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	a.mu.Unlock()
 
 	uopts := a.opts.Upload
-	uopts.Store = a.opts.Store
-	uopts.Logger = a.log
 	userSent := uopts.OnSent
 	uopts.OnSent = func(b int64) {
 		a.sent.Add(b)
@@ -169,39 +167,11 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		}
 	}
 	uopts.OnDedup = a.opts.Metrics.Dedup
-	ranks := map[string]*int{}
-	tree := uploader.Tree{}
-	for _, f := range step.Files {
-		tree.Files = append(tree.Files, uploader.LocalFile{
-			LocalPath: filepath.Join(a.opts.Detect.Dir, filepath.FromSlash(f.RelPath)), RelPath: f.RelPath, Size: f.Size})
-		ranks[f.RelPath] = f.Rank
-	}
-	for _, l := range step.Symlinks {
-		tree.Symlinks = append(tree.Symlinks, manifest.Symlink{Path: l.RelPath, Target: l.Target})
-	}
-	var blobs []uploader.Blob
-	for _, g := range step.Generated {
-		blobs = append(blobs, uploader.Blob{RelPath: g.RelPath, Data: g.Data})
-	}
-	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(tree.Files)), zap.Int("attempt", e.status.Attempts))
+	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(step.Files)), zap.Int("attempt", e.status.Attempts))
 	before := a.requestCounts()
-	res, err := uploader.Push(stepCtx, uploader.PushOptions{
-		Upload:   uopts,
-		Location: a.opts.URL,
-		Prefix:   a.opts.Prefix,
-		Step:     n,
-		Tree:     tree,
-		StateDir: a.uploadStateDir(),
-		Rank:     func(p string) *int { return ranks[p] },
-		Blobs:    blobs,
-		Nodes:    a.opts.Nodes,
-		NodeRank: a.opts.NodeRank,
-		Run:      a.opts.Run,
-		Root:     step.Root,
-		Layout:   a.detectedLayout(),
-
-		AllowEmpty: a.opts.AllowEmpty,
-	})
+	step.Number = n
+	res, err := a.destination().Push(stepCtx, step, uploader.PushOptions{
+		Upload: uopts, Layout: a.detectedLayout(), AllowEmpty: a.opts.AllowEmpty})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
 	if err == nil && res.Committed && a.opts.KeepRemote > 0 {
 		// Only the writer of a manifest prunes, so N nodes do not all
@@ -438,7 +408,7 @@ func removeEmptyDirs(root, rel string) {
 
 // destination is where this agent's pushes go, for abandoning one.
 func (a *Agent) destination() uploader.Destination {
-	return uploader.Destination{Store: a.opts.Store, Location: a.opts.URL, Prefix: a.opts.Prefix, StateDir: a.uploadStateDir(),
+	return uploader.Destination{Store: a.opts.Store, Location: a.opts.URL, Prefix: a.opts.Prefix, StateDir: a.uploadStateDir(), Run: a.opts.Run,
 		Nodes: a.opts.Nodes, NodeRank: a.opts.NodeRank, Logger: a.log}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/restore"
@@ -32,17 +33,24 @@ func write(t *testing.T, path string, size int, seed int64) {
 	}
 }
 
-func pushDir(t *testing.T, st store.Store, dir string, step int64, mod func(*uploader.PushOptions)) uploader.PushResult {
+// pushCase is what a test may change about a push.
+type pushCase struct {
+	uploader.Destination
+	uploader.PushOptions
+}
+
+func pushDir(t *testing.T, st store.Store, dir string, step int64, mod func(*pushCase)) uploader.PushResult {
 	t.Helper()
-	tree, err := uploader.Scan([]string{dir}, nil)
+	s, _, err := detect.Gather([]string{dir}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := uploader.PushOptions{Upload: uploader.Options{Store: st}, Location: "s3://b/run", Prefix: prefix, Step: step, Tree: tree}
+	s.Number = step
+	c := pushCase{Destination: uploader.Destination{Store: st, Location: "s3://b/run", Prefix: prefix}}
 	if mod != nil {
-		mod(&opts)
+		mod(&c)
 	}
-	res, err := uploader.Push(context.Background(), opts)
+	res, err := c.Destination.Push(context.Background(), s, c.PushOptions)
 	if err != nil {
 		t.Fatalf("push step %d: %v", step, err)
 	}
@@ -188,7 +196,7 @@ func TestPruneDuringDedupPush(t *testing.T) {
 	st := &store.Faulty{Inner: mem, Before: func(op, key string) error {
 		if op == "Put" && key == manifest.ManifestKey(prefix, 60) && !once {
 			once = true
-			pushDir(t, mem, other, 70, func(o *uploader.PushOptions) { o.NoDedup = true })
+			pushDir(t, mem, other, 70, func(o *pushCase) { o.NoDedup = true })
 			if _, err := Prune(ctx, Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 1}}); err != nil {
 				return err
 			}
@@ -212,7 +220,7 @@ func TestPruneNodePartsAndUploads(t *testing.T) {
 	// Node 0 of 2 wrote its part of step 60; node 1 never did.
 	node0 := t.TempDir()
 	write(t, filepath.Join(node0, "rank0.pt"), 300, 9)
-	res := pushDir(t, mem, node0, 60, func(o *uploader.PushOptions) { o.Nodes, o.NodeRank = 2, 0 })
+	res := pushDir(t, mem, node0, 60, func(o *pushCase) { o.Nodes, o.NodeRank = 2, 0 })
 	if !res.Pending {
 		t.Fatal("step 60 committed with one node of two")
 	}

@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
-// Restore benchmark data set, as pushed by uploader.Push at defaults:
+// Restore benchmark data set, as pushed by uploader.Destination.Push at defaults:
 // three 64 MiB ranged GETs per file.
 const (
 	benchFiles = 2
@@ -40,14 +41,14 @@ func BenchmarkRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	tree, err := uploader.Scan([]string{src}, nil)
+	s, _, err := detect.Gather([]string{src}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	s.Number = 1
 	ctx := context.Background()
-	if _, err := uploader.Push(ctx, uploader.PushOptions{
-		Upload: uploader.Options{Store: st}, Location: "s3://bench/restore", Prefix: "restore", Step: 1, Tree: tree,
-	}); err != nil {
+	dest := uploader.Destination{Store: st, Location: "s3://bench/restore", Prefix: "restore"}
+	if _, err := dest.Push(ctx, s, uploader.PushOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	parent := b.TempDir()

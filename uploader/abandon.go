@@ -29,17 +29,25 @@ func statePath(dir, owner string) string {
 }
 
 // Destination is where one node's pushes go and where their resume state
-// lives: what Abandon needs to find an unfinished push of a step.
+// lives: Push sends a step there, Abandon discards an unfinished push.
 type Destination struct {
 	Store store.Store
-	// Location names the destination (s3://bucket/prefix) in resume state.
+	// Location names the destination (s3://bucket/prefix) in resume state,
+	// so that state from another destination is never reused.
 	Location string
 	Prefix   string
-	// StateDir holds the resume state of pushes (PushOptions.StateDir).
+	// StateDir holds the resume state of pushes; empty disables resuming.
 	StateDir string
-	// Nodes and NodeRank place the node in its job (PushOptions).
+	// Nodes is the number of nodes of the job and NodeRank this node's
+	// (0..Nodes-1). With more than one node, a push writes this node's
+	// part manifest and the step is committed once every node's part is
+	// there (manifest.CommitNodePart); 0 or 1 commits the manifest directly.
 	Nodes, NodeRank int
-	Logger          *zap.Logger
+	// Run identifies this incarnation of a multi-node job (see
+	// manifest.PartSet): parts of different runs never complete a step
+	// together. Empty when the job has no run identity.
+	Run    string
+	Logger *zap.Logger
 }
 
 // Abandon discards an unfinished push of a step by this node: it aborts

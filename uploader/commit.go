@@ -15,7 +15,7 @@ import (
 // commitStep commits the uploaded entries: the manifest itself for one
 // node, this node's part (and the step, if complete) for several. It
 // reports whether the entries' objects ended up referenced.
-func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
+func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
 	st := opts.Upload.Store
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if opts.Nodes <= 1 {
@@ -24,7 +24,7 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 			Step:     opts.Step,
 			Created:  now,
 			Files:    entries,
-			Symlinks: opts.Tree.Symlinks,
+			Symlinks: opts.links,
 			Layout:   opts.Layout,
 		}
 		existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
@@ -43,7 +43,7 @@ func commitStep(ctx context.Context, opts PushOptions, entries []manifest.File, 
 		Run:      opts.Run,
 		Created:  now,
 		Files:    entries,
-		Symlinks: opts.Tree.Symlinks,
+		Symlinks: opts.links,
 		Layout:   opts.Layout,
 	}
 	nc, err := manifest.CommitNodePart(ctx, st, opts.Prefix, part)
@@ -83,7 +83,7 @@ func completionResult(c manifest.Completion) PushResult {
 	return PushResult{Manifest: c.Manifest, Committed: c.Committed, ByPeer: c.ByPeer, PartsPresent: c.Present, FirstMissing: c.FirstMissing}
 }
 
-func logNodeCommit(opts PushOptions, res PushResult) {
+func logNodeCommit(opts pushJob, res PushResult) {
 	log := opts.Upload.Logger
 	switch {
 	case res.Committed:

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -39,7 +40,7 @@ func TestPushDedup(t *testing.T) {
 	}
 	changed := writeRandom(t, filepath.Join(dir, "w.bin"), 2*testPart, 99)
 	var deduped atomic.Int64
-	second, err := push(t, st, dir, 20, t.TempDir(), func(o *PushOptions) { o.Upload.OnDedup = func(n int64) { deduped.Add(n) } })
+	second, err := push(t, st, dir, 20, t.TempDir(), func(o *pushCase) { o.Upload.OnDedup = func(n int64) { deduped.Add(n) } })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestPushDedup(t *testing.T) {
 		t.Error("changed file's object is wrong")
 	}
 	// Deduplication looks only at the previous committed step.
-	if _, err := push(t, st, dir, 15, "", func(o *PushOptions) { o.NoDedup = true }); err != nil {
+	if _, err := push(t, st, dir, 15, "", func(o *pushCase) { o.NoDedup = true }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -144,7 +145,7 @@ func TestPushDedupResumes(t *testing.T) {
 		return nil
 	}}
 	stateDir := t.TempDir()
-	if _, err := push(t, st, dir, 2, stateDir, func(o *PushOptions) { o.Upload.Concurrency = 1 }); !errors.Is(err, boom) {
+	if _, err := push(t, st, dir, 2, stateDir, func(o *pushCase) { o.Upload.Concurrency = 1 }); !errors.Is(err, boom) {
 		t.Fatalf("first attempt: %v", err)
 	}
 	st.Before = nil
@@ -185,7 +186,7 @@ func TestPushMultiNode(t *testing.T) {
 	dirs := nodeDirs(t, 3, 2, testPart+10, 1)
 	stateDir := t.TempDir() // shared by the three "nodes": their state must not mix
 	for k := range 3 {
-		res, err := push(t, mem, dirs[k], 50, stateDir, func(o *PushOptions) { o.Nodes, o.NodeRank = 3, k })
+		res, err := push(t, mem, dirs[k], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, k })
 		if err != nil {
 			t.Fatalf("node %d: %v", k, err)
 		}
@@ -201,12 +202,12 @@ func TestPushMultiNode(t *testing.T) {
 		t.Fatalf("manifest: nodes %d, %d files", m.Nodes, len(m.Files))
 	}
 	// Re-running a node after the commit checks its files against the step.
-	res, err := push(t, mem, dirs[1], 50, stateDir, func(o *PushOptions) { o.Nodes, o.NodeRank = 3, 1 })
+	res, err := push(t, mem, dirs[1], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, 1 })
 	if err != nil || res.Committed || res.Stats.BytesSent != 0 {
 		t.Fatalf("re-run: %+v %v", res, err)
 	}
 	writeRandom(t, filepath.Join(dirs[1], "ckpt", "rank2.pt"), testPart+10, 77)
-	if _, err := push(t, mem, dirs[1], 50, stateDir, func(o *PushOptions) { o.Nodes, o.NodeRank = 3, 1 }); !errors.Is(err, manifest.ErrConflict) {
+	if _, err := push(t, mem, dirs[1], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, 1 }); !errors.Is(err, manifest.ErrConflict) {
 		t.Fatalf("changed node files: %v", err)
 	}
 	if ents, _ := os.ReadDir(stateDir); len(ents) != 0 {
@@ -220,7 +221,7 @@ func TestPushMultiNodeCrashBeforeCommit(t *testing.T) {
 	ctx := context.Background()
 	mem := store.NewMemStore()
 	dirs := nodeDirs(t, 2, 1, 1000, 1)
-	if _, err := push(t, mem, dirs[0], 7, "", func(o *PushOptions) { o.Nodes, o.NodeRank = 2, 0 }); err != nil {
+	if _, err := push(t, mem, dirs[0], 7, "", func(o *pushCase) { o.Nodes, o.NodeRank = 2, 0 }); err != nil {
 		t.Fatal(err)
 	}
 	crash := errors.New("killed")
@@ -231,14 +232,14 @@ func TestPushMultiNodeCrashBeforeCommit(t *testing.T) {
 		return nil
 	}}
 	stateDir := t.TempDir()
-	if _, err := push(t, st, dirs[1], 7, stateDir, func(o *PushOptions) { o.Nodes, o.NodeRank = 2, 1 }); !errors.Is(err, crash) {
+	if _, err := push(t, st, dirs[1], 7, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 2, 1 }); !errors.Is(err, crash) {
 		t.Fatalf("crashing node: %v", err)
 	}
 	if _, err := manifest.Get(ctx, mem, "run", 7); !errors.Is(err, manifest.ErrNoCheckpoint) {
 		t.Fatalf("step visible: %v", err)
 	}
 	st.Before = nil
-	res, err := push(t, st, dirs[1], 7, stateDir, func(o *PushOptions) { o.Nodes, o.NodeRank = 2, 1 })
+	res, err := push(t, st, dirs[1], 7, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 2, 1 })
 	if err != nil || !res.Committed || res.Stats.BytesSent != 0 {
 		t.Fatalf("restarted node: committed=%v sent=%d %v", res.Committed, res.Stats.BytesSent, err)
 	}
@@ -250,7 +251,7 @@ func TestPushMultiNodeCrashBeforeCommit(t *testing.T) {
 func TestPushRejectsBadNodeRank(t *testing.T) {
 	dir := t.TempDir()
 	writeRandom(t, filepath.Join(dir, "a"), 1, 1)
-	if _, err := push(t, store.NewMemStore(), dir, 1, "", func(o *PushOptions) { o.Nodes, o.NodeRank = 2, 2 }); err == nil {
+	if _, err := push(t, store.NewMemStore(), dir, 1, "", func(o *pushCase) { o.Nodes, o.NodeRank = 2, 2 }); err == nil {
 		t.Fatal("node rank 2 of 2 accepted")
 	}
 }
@@ -266,18 +267,17 @@ func TestPushDedupAcrossStepFolders(t *testing.T) {
 	}
 	mem := store.NewMemStore()
 	for i, step := range []string{"checkpoint-100", "checkpoint-200"} {
-		tree, err := Scan([]string{dir}, nil)
+		all, _, err := detect.Gather([]string{dir}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var files []LocalFile
-		for _, f := range tree.Files {
+		s := detect.Step{Number: int64(100 * (i + 1)), Root: step}
+		for _, f := range all.Files {
 			if strings.HasPrefix(f.RelPath, step+"/") {
-				files = append(files, f)
+				s.Files = append(s.Files, f)
 			}
 		}
-		res, err := Push(context.Background(), PushOptions{Upload: Options{Store: mem}, Location: "x", Prefix: "run",
-			Step: int64(100 * (i + 1)), Tree: Tree{Files: files}, Root: step})
+		res, err := Destination{Store: mem, Location: "x", Prefix: "run"}.Push(context.Background(), s, PushOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

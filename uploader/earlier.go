@@ -17,7 +17,7 @@ import (
 // findCommitted returns the step's manifest if it is committed, else the
 // step to deduplicate against (-1: none). With deduplication one LIST of
 // one key answers both; without, a GET of the step's manifest.
-func findCommitted(ctx context.Context, opts PushOptions) (*manifest.Manifest, int64, error) {
+func findCommitted(ctx context.Context, opts pushJob) (*manifest.Manifest, int64, error) {
 	st := opts.Upload.Store
 	step := opts.Step
 	if !opts.NoDedup {
@@ -45,13 +45,13 @@ func findCommitted(ctx context.Context, opts PushOptions) (*manifest.Manifest, i
 // previousFiles indexes a previous committed step's files by path, for
 // deduplication: one GET. A previous manifest that cannot be read only
 // disables deduplication.
-func previousFiles(ctx context.Context, opts PushOptions, step int64) (map[string]manifest.File, error) {
+func previousFiles(ctx context.Context, opts pushJob, step int64) (map[string]manifest.File, error) {
 	st, log := opts.Upload.Store, opts.Upload.Logger
 	m, err := manifest.Get(ctx, st, opts.Prefix, step)
 	if err == nil {
 		out := make(map[string]manifest.File, len(m.Files))
 		for _, f := range m.Files {
-			if k := dedupKey(f.Path, opts.Root); k != "" {
+			if k := dedupKey(f.Path, opts.step.Root); k != "" {
 				if _, dup := out[k]; !dup {
 					out[k] = f
 				}
@@ -70,7 +70,7 @@ func previousFiles(ctx context.Context, opts PushOptions, step int64) (map[strin
 // pushCommitted handles a push of a step that is already committed: it
 // hashes the local files and compares, uploading nothing. A node of a
 // multi-node job checks that its files are among the step's.
-func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifest) (PushResult, error) {
+func pushCommitted(ctx context.Context, opts pushJob, prev *manifest.Manifest) (PushResult, error) {
 	local, stats, err := hashLocal(ctx, opts)
 	if err != nil {
 		return PushResult{}, err
@@ -88,7 +88,7 @@ func pushCommitted(ctx context.Context, opts PushOptions, prev *manifest.Manifes
 // pushPartWritten handles a node re-running a step whose part it already
 // wrote (it stopped before the step was committed): it checks its files
 // against the part and commits the step if every part is now there.
-func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part) (PushResult, error) {
+func pushPartWritten(ctx context.Context, opts pushJob, part *manifest.Part) (PushResult, error) {
 	local, stats, err := hashLocal(ctx, opts)
 	if err != nil {
 		return PushResult{}, err
@@ -115,14 +115,14 @@ func pushPartWritten(ctx context.Context, opts PushOptions, part *manifest.Part)
 
 // hashLocal describes the local files as a manifest (paths, sizes, hashes,
 // symlinks), reading every file once.
-func hashLocal(ctx context.Context, opts PushOptions) (*manifest.Manifest, Stats, error) {
-	local := &manifest.Manifest{Step: opts.Step, Symlinks: opts.Tree.Symlinks}
-	for _, b := range opts.Blobs {
+func hashLocal(ctx context.Context, opts pushJob) (*manifest.Manifest, Stats, error) {
+	local := &manifest.Manifest{Step: opts.Step, Symlinks: opts.links}
+	for _, b := range opts.step.Generated {
 		sum := blake3.Sum256(b.Data)
 		local.Files = append(local.Files, manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:])})
 	}
 	var hashed int64
-	for _, f := range opts.Tree.Files {
+	for _, f := range opts.step.Files {
 		sum, n, err := HashFile(ctx, f.LocalPath)
 		if err != nil {
 			return nil, Stats{}, fmt.Errorf("push step %d: hash %s: %w", opts.Step, f.RelPath, err)

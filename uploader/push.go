@@ -12,36 +12,16 @@ import (
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
 
-// PushOptions describe one push of a checkpoint step.
+// PushOptions configure one push of a step to a Destination.
 type PushOptions struct {
+	// Upload configures the transfer (part size, concurrency, callbacks);
+	// its Store and Logger are the destination's.
 	Upload Options
-	// Location names the destination in the state file (e.g. the s3:// URL),
-	// so that state from another destination is never reused.
-	Location string
-	Prefix   string
-	Step     int64
-	// Tree is what to push, usually from Scan.
-	Tree Tree
-	// StateDir holds the resume state; empty disables resuming.
-	StateDir string
-	// Rank, when set, gives the rank a file belongs to (nil for shared files).
-	Rank func(relPath string) *int
-	// Blobs are small files held in memory rather than read from disk (a
-	// framework's "latest" pointer as it read for this step).
-	Blobs []Blob
-	// Nodes is the number of nodes of the job and NodeRank this node's
-	// (0..Nodes-1). With more than one node, the push writes this node's
-	// part manifest and the step is committed once every node's part is
-	// there (manifest.CommitNodePart); 0 or 1 commits the manifest directly.
-	Nodes, NodeRank int
-	// Run identifies this incarnation of a multi-node job (see
-	// manifest.PartSet): parts of different runs never complete a step
-	// together. Empty when the job has no run identity.
-	Run string
 	// NoDedup uploads every file, even one unchanged since the previous
 	// committed step.
 	NoDedup bool
@@ -53,19 +33,17 @@ type PushOptions struct {
 	// Layout is the checkpoint layout the caller detected, recorded in the
 	// manifest (manifest.Manifest.Layout); "" when unknown.
 	Layout string
-	// Root is the step's own folder within the tree's paths, when the
-	// layout gives each step one (detect.Step.Root, e.g. "checkpoint-200").
-	// Files are then matched with the previous step's after removing as
-	// many leading path elements, so checkpoint-200/tokenizer.json is
-	// compared with checkpoint-100/tokenizer.json. A match only selects a
-	// candidate: the content is always compared by BLAKE3.
-	Root string
 }
 
-// Blob is a small in-memory file pushed with a step.
-type Blob struct {
-	RelPath string
-	Data    []byte
+// pushJob is one push under way: where it goes, how, and what. Every stage
+// (check, send, commit, clean up) takes it.
+type pushJob struct {
+	Destination
+	PushOptions
+	// Step is the step's number (step.Step.Number).
+	Step  int64
+	step  step.Step
+	links []manifest.Symlink
 }
 
 // PushResult reports what a push did.
@@ -94,18 +72,21 @@ type PushResult struct {
 // unless PushOptions.AllowEmpty is set.
 var ErrEmptyStep = errors.New("no files to push")
 
-// Push uploads a checkpoint step and commits its manifest last. A step that
-// is already committed with identical content succeeds without uploading; one
+// Push uploads step s (its Files, Symlinks and Generated files; s.Number
+// is the step) and commits its manifest last. A step that is already
+// committed with identical content succeeds without uploading; one
 // committed with different content fails with manifest.ErrConflict and
-// changes nothing. A push that fails or is killed resumes when run again with
-// the same arguments and state directory.
+// changes nothing. A push that fails or is killed resumes when run again
+// with the same arguments and state directory.
 //
-// Files whose path, size and BLAKE3 equal an entry of the previous committed
-// step reference that entry's object instead of being sent (unless NoDedup).
-// With Nodes > 1 the push commits this node's part and, if it completes the
-// set, the step; a node that re-runs a step whose part it already wrote
-// checks its files against it and completes the step if it can.
-func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
+// Files whose path (below s.Root), size and BLAKE3 equal an entry of the
+// previous committed step reference that entry's object instead of being
+// sent (unless NoDedup). With Nodes > 1 the push commits this node's part
+// and, if it completes the set, the step; a node that re-runs a step whose
+// part it already wrote checks its files against it and completes the
+// step if it can.
+func (d Destination) Push(ctx context.Context, s step.Step, o PushOptions) (PushResult, error) {
+	opts := newPush(d, s, o)
 	if err := opts.check(); err != nil {
 		return PushResult{}, err
 	}
@@ -126,15 +107,26 @@ func Push(ctx context.Context, opts PushOptions) (PushResult, error) {
 	return res, err
 }
 
-// check validates the options and fills in the logger.
-func (opts *PushOptions) check() error {
-	if opts.Upload.Logger == nil {
-		opts.Upload.Logger = zap.NewNop()
+// newPush gathers a push's settings: the upload uses the destination's
+// store and logger, and the step's links take the manifest's form.
+func newPush(d Destination, s step.Step, o PushOptions) pushJob {
+	if d.Logger == nil {
+		d.Logger = zap.NewNop()
 	}
+	o.Upload.Store, o.Upload.Logger = d.Store, d.Logger
+	p := pushJob{Destination: d, PushOptions: o, Step: s.Number, step: s}
+	for _, l := range s.Symlinks {
+		p.links = append(p.links, manifest.Symlink{Path: l.RelPath, Target: l.Target})
+	}
+	return p
+}
+
+// check validates the push.
+func (opts *pushJob) check() error {
 	if err := manifest.CheckStep(opts.Step); err != nil {
 		return err
 	}
-	if len(opts.Tree.Files)+len(opts.Blobs) == 0 && !opts.AllowEmpty {
+	if len(opts.step.Files)+len(opts.step.Generated) == 0 && !opts.AllowEmpty {
 		return fmt.Errorf("push step %d: %w", opts.Step, ErrEmptyStep)
 	}
 	opts.Nodes = max(opts.Nodes, 1)
@@ -151,7 +143,7 @@ func (opts *PushOptions) check() error {
 // nothing) or, for a node of a multi-node job, with this node's part
 // written. Otherwise it returns the step to deduplicate against (-1: none)
 // and done=false.
-func earlierPush(ctx context.Context, opts PushOptions) (prevStep int64, res PushResult, done bool, err error) {
+func earlierPush(ctx context.Context, opts pushJob) (prevStep int64, res PushResult, done bool, err error) {
 	committed, prevStep, err := findCommitted(ctx, opts)
 	switch {
 	case err != nil:
@@ -175,7 +167,7 @@ func earlierPush(ctx context.Context, opts PushOptions) (prevStep int64, res Pus
 
 // openPushState opens (or starts) the resume state of this push and
 // returns it (nil without a state dir) and the attempt's name.
-func openPushState(opts PushOptions) (*State, string, error) {
+func openPushState(opts pushJob) (*State, string, error) {
 	if opts.StateDir == "" {
 		return nil, NewAttempt(), nil
 	}
@@ -192,7 +184,7 @@ func openPushState(opts PushOptions) (*State, string, error) {
 
 // send plans the step's files (object keys of this attempt, ranks, what
 // the previous step already holds) and uploads them and the blobs.
-func send(ctx context.Context, opts PushOptions, state *State, attempt string, prevStep int64) ([]manifest.File, Stats, error) {
+func send(ctx context.Context, opts pushJob, state *State, attempt string, prevStep int64) ([]manifest.File, Stats, error) {
 	var reuse map[string]manifest.File
 	if prevStep >= 0 {
 		var err error
@@ -200,13 +192,10 @@ func send(ctx context.Context, opts PushOptions, state *State, attempt string, p
 			return nil, Stats{}, err
 		}
 	}
-	files := make([]File, len(opts.Tree.Files))
-	for i, f := range opts.Tree.Files {
-		files[i] = File{LocalPath: f.LocalPath, RelPath: f.RelPath, Key: manifest.DataKey(opts.Prefix, opts.Step, attempt, f.RelPath)}
-		if opts.Rank != nil {
-			files[i].Rank = opts.Rank(f.RelPath)
-		}
-		if old, ok := reuse[dedupKey(f.RelPath, opts.Root)]; ok && old.Size == f.Size {
+	files := make([]File, len(opts.step.Files))
+	for i, f := range opts.step.Files {
+		files[i] = File{LocalPath: f.LocalPath, RelPath: f.RelPath, Key: manifest.DataKey(opts.Prefix, opts.Step, attempt, f.RelPath), Rank: f.Rank}
+		if old, ok := reuse[dedupKey(f.RelPath, opts.step.Root)]; ok && old.Size == f.Size {
 			files[i].Reuse = &old
 		}
 	}
@@ -219,7 +208,7 @@ func send(ctx context.Context, opts PushOptions, state *State, attempt string, p
 	if err != nil {
 		return nil, up.Stats(), err
 	}
-	for _, b := range opts.Blobs {
+	for _, b := range opts.step.Generated {
 		f, err := putBlob(ctx, opts.Upload.Store, manifest.DataKey(opts.Prefix, opts.Step, attempt, b.RelPath), b)
 		if err != nil {
 			return nil, up.Stats(), err
@@ -232,7 +221,7 @@ func send(ctx context.Context, opts PushOptions, state *State, attempt string, p
 // commitAndCleanUp commits the uploaded entries and cleans up after the
 // attempt: its objects if nothing references them, its state file once
 // the outcome is known.
-func commitAndCleanUp(ctx context.Context, opts PushOptions, state *State, attempt string, entries []manifest.File) (PushResult, error) {
+func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt string, entries []manifest.File) (PushResult, error) {
 	log := opts.Upload.Logger
 	attemptPrefix := manifest.DataKey(opts.Prefix, opts.Step, attempt, "")
 	res, referenced, err := commitStep(ctx, opts, entries, attemptPrefix)
@@ -257,7 +246,7 @@ func commitAndCleanUp(ctx context.Context, opts PushOptions, state *State, attem
 	return res, nil
 }
 
-func partSet(opts PushOptions) manifest.PartSet {
+func partSet(opts pushJob) manifest.PartSet {
 	return manifest.PartSet{Step: opts.Step, Nodes: opts.Nodes, Run: opts.Run}
 }
 
@@ -278,7 +267,7 @@ func dedupKey(relPath, root string) string {
 }
 
 // putBlob writes an in-memory file with one PUT.
-func putBlob(ctx context.Context, st store.Store, key string, b Blob) (manifest.File, error) {
+func putBlob(ctx context.Context, st store.Store, key string, b step.Generated) (manifest.File, error) {
 	if _, err := st.Put(ctx, key, bytes.NewReader(b.Data), int64(len(b.Data)), store.PutOptions{CRC32C: store.CRC32C(b.Data)}); err != nil {
 		return manifest.File{}, fmt.Errorf("upload %s: %w", b.RelPath, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -37,22 +38,19 @@ func BenchmarkPush(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	tree, err := uploader.Scan([]string{dir}, nil)
+	s, _, err := detect.Gather([]string{dir}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	dest := uploader.Destination{Store: st, Location: "s3://bench/push", Prefix: "push"}
 	ctx := context.Background()
 	b.SetBytes(benchPushFiles * benchPushSize)
 	step := int64(0)
 	for b.Loop() {
 		step++
-		_, err := uploader.Push(ctx, uploader.PushOptions{
-			Upload:   uploader.Options{Store: st, PartSize: uploader.DefaultPartSize, Concurrency: uploader.DefaultConcurrency},
-			Location: "s3://bench/push",
-			Prefix:   "push",
-			Step:     step,
-			Tree:     tree,
-		})
+		s.Number = step
+		_, err := dest.Push(ctx, s, uploader.PushOptions{
+			Upload: uploader.Options{PartSize: uploader.DefaultPartSize, Concurrency: uploader.DefaultConcurrency}})
 		if err != nil {
 			b.Fatal(err)
 		}

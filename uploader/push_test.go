@@ -15,6 +15,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -53,24 +54,27 @@ func readObject(t *testing.T, st store.Store, key string) []byte {
 	return data
 }
 
-func push(t *testing.T, st store.Store, dir string, step int64, stateDir string, mod func(*PushOptions)) (PushResult, error) {
+// pushCase is what a test may change about a push.
+type pushCase struct {
+	Destination
+	PushOptions
+}
+
+func push(t *testing.T, st store.Store, dir string, step int64, stateDir string, mod func(*pushCase)) (PushResult, error) {
 	t.Helper()
-	tree, err := Scan([]string{dir}, nil)
+	s, _, err := detect.Gather([]string{dir}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := PushOptions{
-		Upload:   Options{Store: st, PartSize: testPart, Concurrency: 4},
-		Location: "s3://bucket/run",
-		Prefix:   "run",
-		Step:     step,
-		Tree:     tree,
-		StateDir: stateDir,
+	s.Number = step
+	c := pushCase{
+		Destination: Destination{Store: st, Location: "s3://bucket/run", Prefix: "run", StateDir: stateDir},
+		PushOptions: PushOptions{Upload: Options{PartSize: testPart, Concurrency: 4}},
 	}
 	if mod != nil {
-		mod(&opts)
+		mod(&c)
 	}
-	return Push(context.Background(), opts)
+	return c.Destination.Push(context.Background(), s, c.PushOptions)
 }
 
 func TestPushRoundTripSizes(t *testing.T) {
@@ -155,7 +159,7 @@ func TestPushResumesAfterFailure(t *testing.T) {
 		return nil
 	}}
 	stateDir := t.TempDir()
-	_, err := push(t, faulty, dir, 7, stateDir, func(o *PushOptions) { o.Upload.Concurrency = 1 })
+	_, err := push(t, faulty, dir, 7, stateDir, func(o *pushCase) { o.Upload.Concurrency = 1 })
 	if !errors.Is(err, boom) {
 		t.Fatalf("first push: got %v, want the injected failure", err)
 	}
@@ -232,44 +236,12 @@ func TestPushFailsWhenFileChanges(t *testing.T) {
 		}
 		return nil
 	}}
-	_, err := push(t, st, dir, 5, "", func(o *PushOptions) { o.Upload.Concurrency = 1 })
+	_, err := push(t, st, dir, 5, "", func(o *pushCase) { o.Upload.Concurrency = 1 })
 	if !errors.Is(err, ErrFileChanged) {
 		t.Fatalf("got %v, want ErrFileChanged", err)
 	}
 	if _, err := manifest.Get(context.Background(), mem, "run", 5); !errors.Is(err, manifest.ErrNoCheckpoint) {
 		t.Fatalf("a manifest was committed for a changing file: %v", err)
-	}
-}
-
-func TestScanSymlinks(t *testing.T) {
-	dir := t.TempDir()
-	writeRandom(t, filepath.Join(dir, "ep0-ba10-rank0.pt"), 10, 1)
-	if err := os.Symlink("ep0-ba10-rank0.pt", filepath.Join(dir, "latest-rank0.pt")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "outside")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(dir, "ep0-ba10-rank0.pt"), filepath.Join(dir, "abs-inside")); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := Scan([]string{dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tree.Files) != 1 || tree.Files[0].RelPath != "ep0-ba10-rank0.pt" {
-		t.Fatalf("files = %+v", tree.Files)
-	}
-	got := map[string]string{}
-	for _, s := range tree.Symlinks {
-		got[s.Path] = s.Target
-	}
-	want := map[string]string{"latest-rank0.pt": "ep0-ba10-rank0.pt", "abs-inside": "ep0-ba10-rank0.pt"}
-	if len(got) != len(want) || got["latest-rank0.pt"] != want["latest-rank0.pt"] || got["abs-inside"] != want["abs-inside"] {
-		t.Fatalf("symlinks = %v, want %v", got, want)
-	}
-	if len(tree.Skipped) != 1 {
-		t.Fatalf("skipped = %v, want the link to /etc/passwd", tree.Skipped)
 	}
 }
 
@@ -279,7 +251,7 @@ func TestScanSymlinks(t *testing.T) {
 func TestPushRefusesEmptyStep(t *testing.T) {
 	for _, nodes := range []int{1, 2} {
 		counted := &countingStore{Store: store.NewMemStore()}
-		_, err := push(t, counted, t.TempDir(), 5, t.TempDir(), func(o *PushOptions) { o.Nodes = nodes })
+		_, err := push(t, counted, t.TempDir(), 5, t.TempDir(), func(o *pushCase) { o.Nodes = nodes })
 		if !errors.Is(err, ErrEmptyStep) {
 			t.Fatalf("%d nodes: push of an empty directory: %v, want ErrEmptyStep", nodes, err)
 		}
@@ -288,7 +260,7 @@ func TestPushRefusesEmptyStep(t *testing.T) {
 		}
 	}
 	st := store.NewMemStore()
-	if _, err := push(t, st, t.TempDir(), 5, "", func(o *PushOptions) { o.AllowEmpty = true }); err != nil {
+	if _, err := push(t, st, t.TempDir(), 5, "", func(o *pushCase) { o.AllowEmpty = true }); err != nil {
 		t.Fatalf("push with AllowEmpty: %v", err)
 	}
 	m, err := manifest.Get(context.Background(), st, "run", 5)
@@ -330,7 +302,7 @@ func TestPushReportsDurableBytes(t *testing.T) {
 	st := store.NewMemStore()
 	for step := int64(1); step <= 2; step++ { // step 2: every file deduplicated
 		var durable atomic.Int64
-		if _, err := push(t, st, dir, step, t.TempDir(), func(o *PushOptions) { o.Upload.OnDurable = func(n int64) { durable.Add(n) } }); err != nil {
+		if _, err := push(t, st, dir, step, t.TempDir(), func(o *pushCase) { o.Upload.OnDurable = func(n int64) { durable.Add(n) } }); err != nil {
 			t.Fatal(err)
 		}
 		if got := durable.Load(); got != total {

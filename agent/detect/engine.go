@@ -137,6 +137,9 @@ func (e *engine) build(c *Candidate) Step {
 	s.Symlinks = links
 	s.Generated = append([]Generated(nil), s.Generated...)
 	s.ID, s.Counted = c.id(), s.Number < 0
+	for i := range s.Files {
+		s.Files[i].LocalPath = e.tree.abs(s.Files[i].RelPath)
+	}
 	sortStep(&s)
 	return s
 }
@@ -146,14 +149,14 @@ func (e *engine) build(c *Candidate) Step {
 func (e *engine) readable(c *Candidate, s *Step) error {
 	errs := append([]error(nil), c.Errs...)
 	for _, f := range s.Files {
-		if err := e.openCheck(e.tree.abs(f.RelPath)); err != nil {
+		if err := e.openCheck(f.LocalPath); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("step %d: %w", s.Number, errors.Join(errs...))
+	return fmt.Errorf("step %s: %w", s.Name(), errors.Join(errs...))
 }
 
 // newestModTime returns the latest modification time among a step's files.

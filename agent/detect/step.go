@@ -3,91 +3,21 @@ package detect
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
+
+	"github.com/ferrylabs/ferry/internal/step"
 )
 
-// Step is one checkpoint step as found on disk.
-type Step struct {
-	// Number is the training step (batch, iteration) the layout read from
-	// the names on disk, or -1 for a counted step.
-	Number int64
-	// Counted is true for a step whose names carry no number (the flat
-	// layout without a step pattern): the caller numbers it, and since
-	// such a number is not stable across restarts, a caller that remembers
-	// steps must identify a counted step by Root and Files.
-	Counted bool
-	// ID identifies the step to the watcher for as long as it runs: the
-	// number read from names, or the entry's name for a counted step. A
-	// Deleted event carries the ID of the step it withdraws.
-	ID string
-	// Root is the step's folder relative to the watched root, or "" when the
-	// step is made of files lying directly in the root (Composer's
-	// single-file checkpoints, flat files).
-	Root string
-	// Files are the step's regular files, sorted by path.
-	Files []File
-	// Symlinks are links that belong to the step and point inside the root,
-	// sorted by path.
-	Symlinks []Symlink
-	// Generated are small files the layout synthesises for this step rather
-	// than reading them from disk: the framework's "latest" pointer as it
-	// read when this step was the latest one. The live pointer is rewritten
-	// in place at every save and may already name a newer step, so it is
-	// never one of Files. Restoring Files plus Generated gives the trainer a
-	// tree it resumes from at exactly this step.
-	Generated []Generated
-}
+// Step is one checkpoint step as found on disk (see the step package).
+type Step = step.Step
 
 // File is a regular file of a step.
-type File struct {
-	// RelPath is slash-separated and relative to the watched root.
-	RelPath string
-	// Size and ModTime are as observed when the step was found complete;
-	// an uploader should check them again when it opens the file.
-	Size    int64
-	ModTime time.Time
-	// Rank is the training rank the file belongs to when its name says
-	// (see RankOf), nil for files shared by all ranks.
-	Rank *int
-}
+type File = step.File
 
 // Symlink is a symbolic link of a step.
-type Symlink struct {
-	// RelPath is slash-separated and relative to the watched root.
-	RelPath string
-	// Target is relative to the link's directory and resolves inside the
-	// root. It is the link's own text when that already is so; an absolute
-	// target, or one that leaves the root on the way, is rewritten to the
-	// relative path of the file it resolves to.
-	Target string
-}
+type Symlink = step.Symlink
 
 // Generated is a small file synthesised for a step (see Step.Generated).
-type Generated struct {
-	// RelPath is slash-separated and relative to the watched root.
-	RelPath string
-	// Data is the file's whole content.
-	Data []byte
-}
-
-// Name is how logs and errors name the step: its number, or its ID when
-// it is counted.
-func (s *Step) Name() string {
-	if s.Counted {
-		return s.ID
-	}
-	return strconv.FormatInt(s.Number, 10)
-}
-
-// TotalBytes returns the sum of the sizes of the step's files.
-func (s *Step) TotalBytes() int64 {
-	var n int64
-	for _, f := range s.Files {
-		n += f.Size
-	}
-	return n
-}
+type Generated = step.Generated
 
 // EventKind says what happened to a step.
 type EventKind int

@@ -48,8 +48,8 @@ type commitResult struct {
 
 // writeNodes writes each node's files: 8 ranks x 3 shards, and a config
 // every node holds with the same bytes.
-func writeNodes(dir string, n int) ([]uploader.Tree, error) {
-	trees := make([]uploader.Tree, n)
+func writeNodes(dir string, n int) ([]detect.Step, error) {
+	steps := make([]detect.Step, n)
 	for k := range n {
 		nd := filepath.Join(dir, fmt.Sprintf("node-%05d", k))
 		if err := os.MkdirAll(nd, 0o755); err != nil {
@@ -66,20 +66,21 @@ func writeNodes(dir string, n int) ([]uploader.Tree, error) {
 		if err := os.WriteFile(filepath.Join(nd, "config.json"), []byte(`{"lr": 0.1}`+"\n"), 0o644); err != nil {
 			return nil, err
 		}
-		t, err := uploader.Scan([]string{nd}, zap.NewNop())
+		s, _, err := detect.Gather([]string{nd}, zap.NewNop())
 		if err != nil {
 			return nil, err
 		}
-		trees[k] = t
+		s.Number = simStep
+		steps[k] = s
 	}
-	return trees, nil
+	return steps, nil
 }
 
 // simulateCommit pushes one step from n nodes that start within spread,
-// each through the real uploader.Push (the multi-node protocol included),
+// each through the real uploader.Destination.Push (the multi-node protocol included),
 // against an in-memory store with latency per request.
 func simulateCommit(ctx context.Context, dir string, n int, spread, latency time.Duration) (commitResult, error) {
-	trees, err := writeNodes(dir, n)
+	steps, err := writeNodes(dir, n)
 	if err != nil {
 		return commitResult{}, fmt.Errorf("write node files: %w", err)
 	}
@@ -118,10 +119,9 @@ func simulateCommit(ctx context.Context, dir string, n int, spread, latency time
 		}
 		wg.Go(func() {
 			time.Sleep(delay)
-			_, errs[k] = uploader.Push(ctx, uploader.PushOptions{
-				Upload:   uploader.Options{Store: st, Concurrency: 2, Logger: zap.NewNop()}, // 4,096 nodes share one fd table here
-				Location: "s3://sim/" + simPrefix, Prefix: simPrefix, Step: simStep, Tree: trees[k],
-				Rank: detect.RankOf, Nodes: n, NodeRank: k,
+			dest := uploader.Destination{Store: st, Location: "s3://sim/" + simPrefix, Prefix: simPrefix, Nodes: n, NodeRank: k, Logger: zap.NewNop()}
+			_, errs[k] = dest.Push(ctx, steps[k], uploader.PushOptions{
+				Upload: uploader.Options{Concurrency: 2}, // 4,096 nodes share one fd table here
 			})
 		})
 	}

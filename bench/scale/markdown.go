@@ -11,7 +11,7 @@ func (r report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Scale (in-memory store, %v per request, %s)\n\n", r.Latency, r.Date)
 	if len(r.Commits) > 0 {
-		b.WriteString("One step pushed by N nodes (8 ranks x 3 shards and a shared config each) through the real `uploader.Push`, nodes finishing within the spread:\n\n")
+		b.WriteString("One step pushed by N nodes (8 ranks x 3 shards and a shared config each) through the real `uploader.Destination.Push`, nodes finishing within the spread:\n\n")
 		b.WriteString("| nodes | spread | files | requests (per node) | max per node | part GETs | merges | commit after last part | cost per step | manifest | plan all | plan node 0 |\n")
 		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range r.Commits {

@@ -125,6 +125,9 @@ type pushSummary struct {
 	PartsPresent int    `json:"parts_present,omitempty"`
 	WaitingFor   *int   `json:"waiting_for_node,omitempty"`
 	Part         string `json:"part,omitempty"`
+	// Skipped lists what the push left out of the directory and why
+	// (links leaving it, special files), as its warnings said.
+	Skipped []string `json:"skipped,omitempty"`
 	// Requests counts the S3 requests made, by operation, retries included.
 	Requests map[string]int64 `json:"requests"`
 	// Error is set when the push failed (the exit code is not 0).
@@ -177,18 +180,20 @@ func push(ctx context.Context, o pushOptions, stderr io.Writer) (pushSummary, up
 	if err != nil {
 		return sum, uploader.PushResult{}, err
 	}
-	tree, err := uploader.Scan(o.sources, log)
+	s, skipped, err := detect.Gather(o.sources, log)
 	if err != nil {
 		return sum, uploader.PushResult{}, err
 	}
-	if len(tree.Files) == 0 && !o.allowEmpty {
+	sum.Skipped = skipped
+	s.Number = o.step
+	if len(s.Files) == 0 && !o.allowEmpty {
 		return sum, uploader.PushResult{}, fmt.Errorf("push %s: no files found, nothing committed; point at the checkpoint, or pass --allow-empty to commit an empty step", strings.Join(o.sources, " "))
 	}
 	if o.node.nodes > 1 {
 		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
 	}
 	start := time.Now()
-	res, err := pushTree(ctx, o, st, loc, tree, log, stderr)
+	res, err := pushStep(ctx, o, st, loc, s, log, stderr)
 	sum.fill(o, loc, res, time.Since(start))
 	sum.Requests = counters.Snapshot()
 	if errors.Is(err, context.Canceled) {
@@ -201,24 +206,20 @@ func push(ctx context.Context, o pushOptions, stderr io.Writer) (pushSummary, up
 	return sum, res, err
 }
 
-// pushTree runs the uploader with a progress display of the bytes the
+// pushStep runs the uploader with a progress display of the bytes the
 // server holds.
-func pushTree(ctx context.Context, o pushOptions, st store.Store, loc manifest.Location, tree uploader.Tree, log *zap.Logger, stderr io.Writer) (uploader.PushResult, error) {
-	var total int64
-	for _, f := range tree.Files {
-		total += f.Size
-	}
-	prog := newProgress(stderr, "push", total, !o.remote.Quiet && isTerminal(stderr))
+func pushStep(ctx context.Context, o pushOptions, st store.Store, loc manifest.Location, s detect.Step, log *zap.Logger, stderr io.Writer) (uploader.PushResult, error) {
+	prog := newProgress(stderr, "push", s.TotalBytes(), !o.remote.Quiet && isTerminal(stderr))
 	defer prog.Close()
 	stateDir := o.stateDir
 	if stateDir == "" {
 		stateDir = defaultStateDir()
 	}
-	return uploader.Push(ctx, uploader.PushOptions{
-		Upload: uploader.Options{Store: st, PartSize: o.partSize, Concurrency: o.concurrency,
-			Limiter: ratelimit.New(o.bandwidth), Logger: log, OnDurable: prog.Add},
-		Location: loc.String(), Prefix: loc.Prefix, Step: o.step, Tree: tree, StateDir: stateDir,
-		Rank: detect.RankOf, Nodes: o.node.nodes, NodeRank: o.node.rank, Run: o.node.run,
+	dest := uploader.Destination{Store: st, Location: loc.String(), Prefix: loc.Prefix, StateDir: stateDir,
+		Nodes: o.node.nodes, NodeRank: o.node.rank, Run: o.node.run, Logger: log}
+	return dest.Push(ctx, s, uploader.PushOptions{
+		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency,
+			Limiter: ratelimit.New(o.bandwidth), OnDurable: prog.Add},
 		NoDedup: o.noDedup, AllowEmpty: o.allowEmpty,
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/restore"
@@ -24,13 +25,13 @@ func TestLostCommitResponse(t *testing.T) {
 	src := t.TempDir()
 	data := randomBytes(8, 6*mib)
 	writeFile(t, filepath.Join(src, "model.pt"), data)
-	tree, err := uploader.Scan([]string{src}, nil)
+	s, _, err := detect.Gather([]string{src}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, pushErr := uploader.Push(t.Context(), uploader.PushOptions{
-		Upload: uploader.Options{Store: f.store(t), PartSize: 5 * mib}, Location: "s3://test/run", Prefix: "run", Step: 3, Tree: tree,
-	})
+	s.Number = 3
+	dest := uploader.Destination{Store: f.store(t), Location: "s3://test/run", Prefix: "run"}
+	res, pushErr := dest.Push(t.Context(), s, uploader.PushOptions{Upload: uploader.Options{PartSize: 5 * mib}})
 	t.Logf("push: committed %v, error %v", res.Committed, pushErr)
 	for _, r := range f.px.Requests() {
 		if r.Op == s3proxy.OpPutObject || r.Op == s3proxy.OpDeleteObject {

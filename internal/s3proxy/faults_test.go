@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -142,17 +143,13 @@ func TestResetBeforeResponse(t *testing.T) {
 // pushDir pushes dir as step through st with 5 MiB parts.
 func pushDir(t *testing.T, st store.Store, prefix string, step int64, dir string) uploader.PushResult {
 	t.Helper()
-	tree, err := uploader.Scan([]string{dir}, nil)
+	s, _, err := detect.Gather([]string{dir}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := uploader.Push(t.Context(), uploader.PushOptions{
-		Upload:   uploader.Options{Store: st, PartSize: 5 * mib, Concurrency: 4},
-		Location: "s3://test/" + prefix,
-		Prefix:   prefix,
-		Step:     step,
-		Tree:     tree,
-	})
+	s.Number = step
+	dest := uploader.Destination{Store: st, Location: "s3://test/" + prefix, Prefix: prefix}
+	res, err := dest.Push(t.Context(), s, uploader.PushOptions{Upload: uploader.Options{PartSize: 5 * mib, Concurrency: 4}})
 	if err != nil {
 		t.Fatalf("push: %v", err)
 	}
