@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/pagecache"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -46,7 +47,7 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		mf.PartSize = PartSizeFor(stamp.Size, u.opts.PartSize)
 	}
 	var pre *digest
-	if f.Reuse != nil && f.Reuse.Size == stamp.Size {
+	if f.Reuse != nil && f.Reuse.Size == stamp.Size && !u.sentEarly(f.Key) {
 		if pre, err = u.digest(ctx, fh, stamp.Size, mf.PartSize); err != nil {
 			return manifest.File{}, err
 		}
@@ -66,6 +67,7 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		}
 	}
 	if mf.PartSize == 0 {
+		u.abortEarly(ctx, f.Key)
 		mf.BLAKE3, err = u.putWhole(ctx, fh, f, stamp, pre)
 	} else {
 		mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize, pre)
@@ -85,6 +87,33 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		}
 	}
 	return mf, nil
+}
+
+// sentEarly reports whether parts of the file at key were sent while it
+// was written: then the rest is sent without comparing the file with the
+// previous step's first (it is new, or its bytes are mostly on the server).
+func (u *Uploader) sentEarly(key string) bool {
+	if u.opts.State == nil {
+		return false
+	}
+	up, ok := u.opts.State.Get(key)
+	return ok && up.Early
+}
+
+// abortEarly aborts the upload begun while the file at key was written,
+// for a file that ended up small enough for one PUT. A failure only leaves
+// parts for the bucket's lifecycle rule.
+func (u *Uploader) abortEarly(ctx context.Context, key string) {
+	if !u.sentEarly(key) {
+		return
+	}
+	up, _ := u.opts.State.Get(key)
+	if err := u.opts.Store.AbortMultipart(ctx, key, up.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
+		u.opts.Logger.Warn("could not abort an unused multipart upload", zap.String("key", key), zap.Error(err))
+	}
+	if err := u.opts.State.Remove(key); err != nil {
+		u.opts.Logger.Warn("could not update the upload state", zap.Error(err))
+	}
 }
 
 // leaveCache records which pages of fh are cached and returns the function
@@ -217,7 +246,7 @@ func (u *Uploader) explain(f File, stamp fileStamp, err error) error {
 }
 
 // hashRange reads [off, off+n) of fh sequentially into h and onBlock.
-func (u *Uploader) hashRange(ctx context.Context, fh *os.File, off, n int64, h *blake3.Hasher, onBlock func([]byte)) error {
+func (u *Uploader) hashRange(ctx context.Context, fh *os.File, off, n int64, h io.Writer, onBlock func([]byte)) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -261,23 +290,27 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	parts := make([]store.Part, nparts)
 	var pg sync.WaitGroup
 	var errs firstError
-	h := blake3.New()
+	ph := newPartHashes(up.Early, nparts)
 	for i := int32(0); i < nparts && errs.get() == nil; i++ {
 		off := int64(i) * partSize
 		size := min(partSize, stamp.Size-off)
 		var crc uint32
+		var digest string
 		if pre != nil {
 			crc = pre.crcs[i]
-		} else if err := u.hashRange(ctx, fh, off, size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
+		} else if crc, digest, err = ph.hash(ctx, u, fh, i, off, size); err != nil {
 			pg.Wait()
 			return "", err
 		}
 		sum := store.EncodeCRC32C(crc)
-		if p, ok := held[i+1]; ok && p.Size == size && p.CRC32C == sum {
+		if p, ok := held[i+1]; ok && p.Size == size && p.CRC32C == sum && (!up.Early || up.Digests[i+1] == digest) {
 			parts[i] = p
 			u.stats.resumed.Add(1)
 			u.durable(size)
 			continue
+		}
+		if _, sentEarly := up.Digests[i+1]; sentEarly {
+			u.stats.resent.Add(1) // rewritten since it was sent early
 		}
 		// The hasher takes the slot and hands it to the request, so it never
 		// runs more than one part ahead of the sends.
@@ -309,7 +342,50 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	if pre != nil {
 		return pre.blake3, nil
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return ph.sum()
+}
+
+// partHashes hashes a file part by part for putMultipart: in one
+// sequential BLAKE3, or, for an upload begun while the file was written,
+// as one BLAKE3 subtree per part, whose digests say which parts sent early
+// still hold the file's bytes, combined into the file's BLAKE3 at the end.
+type partHashes struct {
+	whole *blake3.Hasher
+	rng   *blake3tree.Range
+	nodes []blake3tree.Node
+}
+
+func newPartHashes(perPart bool, nparts int32) *partHashes {
+	if perPart {
+		return &partHashes{rng: new(blake3tree.Range), nodes: make([]blake3tree.Node, nparts)}
+	}
+	return &partHashes{whole: blake3.New()}
+}
+
+// hash reads part i ([off, off+size)) once and returns its CRC32C and,
+// per part, its digest.
+func (ph *partHashes) hash(ctx context.Context, u *Uploader, fh *os.File, i int32, off, size int64) (crc uint32, digest string, err error) {
+	onBlock := func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }
+	if ph.whole != nil {
+		err = u.hashRange(ctx, fh, off, size, ph.whole, onBlock)
+		return crc, "", err
+	}
+	if err := ph.rng.Reset(off); err != nil {
+		return 0, "", err
+	}
+	if err := u.hashRange(ctx, fh, off, size, ph.rng, onBlock); err != nil {
+		return 0, "", err
+	}
+	ph.nodes[i] = ph.rng.Node()
+	return crc, ph.nodes[i].Digest(), nil
+}
+
+// sum returns the file's hex BLAKE3.
+func (ph *partHashes) sum() (string, error) {
+	if ph.whole != nil {
+		return hex.EncodeToString(ph.whole.Sum(nil)), nil
+	}
+	return blake3tree.Sum(ph.nodes)
 }
 
 // sendPart uploads part n (bytes off..off+size of the file) in the slot
@@ -357,7 +433,9 @@ func (e *firstError) get() error {
 func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (Upload, map[int32]store.Part, error) {
 	if st := u.opts.State; st != nil {
 		if prev, ok := st.Get(f.Key); ok {
-			if prev.Stamp == stamp && prev.PartSize == partSize {
+			// An upload begun while the file was written is kept whatever
+			// the stamp: putMultipart checks every part's digest.
+			if (prev.Stamp == stamp || prev.Early) && prev.PartSize == partSize {
 				parts, err := u.opts.Store.ListParts(ctx, f.Key, prev.UploadID)
 				if err == nil {
 					held := make(map[int32]store.Part, len(parts))

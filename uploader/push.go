@@ -236,6 +236,7 @@ func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt s
 		deleteAttempt(ctx, opts.Upload.Store, attemptPrefix, entries, log)
 	}
 	if state != nil {
+		abortLeftovers(ctx, opts.Upload.Store, state, log)
 		if derr := state.Delete(); derr != nil {
 			log.Warn("could not remove the upload state file", zap.Error(derr))
 		}
@@ -244,6 +245,19 @@ func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt s
 		return res, fmt.Errorf("push step %d: %w", opts.Step, err)
 	}
 	return res, nil
+}
+
+// abortLeftovers aborts the multipart uploads the state still records once
+// a push is over: uploads begun while a file was written (SendEarly) for a
+// file that was then sent in one PUT, deduplicated or left out of the step.
+// Every upload a manifest references was completed and is recorded as done
+// instead. A failure only leaves parts for the bucket's lifecycle rule.
+func abortLeftovers(ctx context.Context, st store.Store, state *State, log *zap.Logger) {
+	for key, up := range state.Uploads() {
+		if err := st.AbortMultipart(ctx, key, up.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
+			log.Warn("could not abort an unused multipart upload", zap.String("key", key), zap.Error(err))
+		}
+	}
 }
 
 func partSet(opts pushJob) manifest.PartSet {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +15,12 @@ type Upload struct {
 	UploadID string    `json:"upload_id"`
 	PartSize int64     `json:"part_size"`
 	Stamp    fileStamp `json:"file"`
+	// Early marks an upload started while the file was still being
+	// written (Destination.SendEarly): Stamp is unknown, and Digests holds
+	// the BLAKE3 subtree digest of each part sent, by part number. A push
+	// keeps such a part only if the file's bytes there still hash to it.
+	Early   bool             `json:"early,omitempty"`
+	Digests map[int32]string `json:"digests,omitempty"`
 }
 
 // State is a small JSON file recording the multipart uploads of one push in
@@ -91,6 +98,25 @@ func (s *State) Get(key string) (Upload, bool) {
 func (s *State) Put(key string, up Upload) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.data.Uploads[key] = up
+	return s.saveLocked()
+}
+
+// PutDigest records that part n of the early upload for key was sent with
+// bytes of the given digest, and saves the state.
+func (s *State) PutDigest(key string, n int32, digest string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	up, ok := s.data.Uploads[key]
+	if !ok {
+		return fmt.Errorf("record part %d of %s: no upload recorded", n, key)
+	}
+	// A new map: copies handed out by Get and Uploads stay as they were.
+	up.Digests = maps.Clone(up.Digests)
+	if up.Digests == nil {
+		up.Digests = map[int32]string{}
+	}
+	up.Digests[n] = digest
 	s.data.Uploads[key] = up
 	return s.saveLocked()
 }

@@ -99,8 +99,11 @@ type Stats struct {
 	BytesHashed  int64
 	BytesSent    int64
 	PartsSent    int64
-	PartsResumed int64 // parts the server already held from an earlier run
-	Objects      int64
+	PartsResumed int64 // parts the server already held from an earlier run or sent early
+	// PartsResent counts parts sent while their file was written
+	// (Destination.SendEarly) whose bytes changed afterwards, sent again.
+	PartsResent int64
+	Objects     int64
 	// DedupFiles and DedupBytes count files not sent because an earlier
 	// step's object holds the same content.
 	DedupFiles int64
@@ -113,8 +116,8 @@ type Uploader struct {
 	opts  Options
 	slots chan struct{}
 	stats struct {
-		hashed, sent, parts, resumed, objects atomic.Int64
-		dedupFiles, dedupBytes                atomic.Int64
+		hashed, sent, parts, resumed, objects, resent atomic.Int64
+		dedupFiles, dedupBytes                        atomic.Int64
 	}
 }
 
@@ -139,6 +142,7 @@ func (u *Uploader) Stats() Stats {
 		BytesSent:    u.stats.sent.Load(),
 		PartsSent:    u.stats.parts.Load(),
 		PartsResumed: u.stats.resumed.Load(),
+		PartsResent:  u.stats.resent.Load(),
 		Objects:      u.stats.objects.Load(),
 		DedupFiles:   u.stats.dedupFiles.Load(),
 		DedupBytes:   u.stats.dedupBytes.Load(),

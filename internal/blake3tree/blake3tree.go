@@ -14,6 +14,7 @@
 package blake3tree
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/bits"
@@ -35,6 +36,18 @@ const (
 // needs the ROOT flag, which only the last combining step can set.
 type Node struct {
 	n guts.Node
+}
+
+// Digest returns the hex of the node's chaining value: two ranges of the
+// same offset and size have equal digests exactly when their bytes are
+// equal (up to BLAKE3's collision resistance). A range that is not a
+// file's last one is identified this way before the file is complete.
+func (n Node) Digest() string {
+	var b [32]byte
+	for i, w := range guts.ChainingValue(n.n) {
+		binary.LittleEndian.PutUint32(b[4*i:], w)
+	}
+	return hex.EncodeToString(b[:])
 }
 
 // RangeSize returns the largest valid range size not above want: a power
