@@ -62,8 +62,9 @@ type stepState struct {
 	// (recursively) or the folders holding its files.
 	root string
 	dirs []string
-	// reported is set once the step was reported Complete.
-	reported bool
+	// reported is set once the step was reported Complete, writing once
+	// it was reported Writing (a Deleted event follows if it vanishes).
+	reported, writing bool
 	step     Step
 	// errMsg is the last Error reported, to report each error once.
 	errMsg string
@@ -125,34 +126,25 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		}
 		st.due = time.Time{}
 		st.root, st.dirs = c.Step.Root, fileDirs(&c)
-		if why := e.blocked(&c); why != "" {
-			e.log.Debug("step pending", zap.String("step", id), zap.String("reason", why))
-			pending = append(pending, pendingOf(&c, "waiting", why, st.since))
-			continue
-		}
-		if due, closed := w.closedAt(&c); closed {
-			if now.Before(due) {
-				pending = append(pending, pendingOf(&c, "settling", "its writers closed its files", st.since))
-				st.due = due
-				next = earliest(next, due)
-				continue
-			}
+		p, due := w.pendingState(&c, st, now)
+		if p == nil {
 			ready = append(ready, c)
 			continue
 		}
-		if due := st.since.Add(e.opts.Settle); now.Before(due) {
-			pending = append(pending, pendingOf(&c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(st.since).Round(100*time.Millisecond), e.opts.Settle), st.since))
-			st.due = due
+		pending = append(pending, *p)
+		if !due.IsZero() {
 			next = earliest(next, due)
-			continue
 		}
-		ready = append(ready, c)
+		if w.opts.ReportWriting && st.since.Equal(now) {
+			st.writing = true
+			events = append(events, Event{Kind: Writing, Step: w.writingStep(&c)})
+		}
 	}
 	for id, st := range w.states {
 		if seen[id] {
 			continue
 		}
-		if st.reported {
+		if st.reported || st.writing {
 			events = append(events, Event{Kind: Deleted, Step: st.step})
 		}
 		delete(w.states, id)
@@ -160,6 +152,43 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	events = append(events, w.report(ready)...)
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Step.Number < events[j].Step.Number })
 	return events, next
+}
+
+// pendingState says why a candidate is not complete yet (nil when it is)
+// and when to look again (zero: at the next change), setting st.due.
+func (w *Watcher) pendingState(c *Candidate, st *stepState, now time.Time) (*Pending, time.Time) {
+	e := w.engine
+	if why := e.blocked(c); why != "" {
+		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
+		p := pendingOf(c, "waiting", why, st.since)
+		return &p, time.Time{}
+	}
+	if due, closed := w.closedAt(c); closed {
+		if !now.Before(due) {
+			return nil, time.Time{}
+		}
+		p := pendingOf(c, "settling", "its writers closed its files", st.since)
+		st.due = due
+		return &p, due
+	}
+	if due := st.since.Add(e.opts.Settle); now.Before(due) {
+		p := pendingOf(c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(st.since).Round(100*time.Millisecond), e.opts.Settle), st.since)
+		st.due = due
+		return &p, due
+	}
+	return nil, time.Time{}
+}
+
+// writingStep is a step being written as a Writing event shows it: its
+// files as they are now, and st.step for a Deleted event should it vanish.
+func (w *Watcher) writingStep(c *Candidate) Step {
+	s := Step{Number: c.Step.Number, Counted: c.Step.Number < 0, ID: c.id(), Root: c.Step.Root,
+		Files: append([]File(nil), c.Step.Files...)}
+	for i := range s.Files {
+		s.Files[i].LocalPath = w.tree.abs(s.Files[i].RelPath)
+	}
+	w.states[c.id()].step = s
+	return s
 }
 
 // report turns settled candidates into Complete or Error events, counted

@@ -416,3 +416,33 @@ func TestPermissionDeniedOnDisk(t *testing.T) {
 		}
 	}
 }
+
+// With ReportWriting, a step still being written is reported Writing each
+// time its files change (with its files as they are), never while nothing
+// changes, and Deleted if it vanishes before it is complete.
+func TestWritingEvents(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "step_100/__0_0.distcp", "rank 0, part written")
+	h := newHarness(t, dir, Options{Layout: "dcp", ReportWriting: true})
+	evs := h.expect(0, "writing 100")
+	if f := evs[0].Step.Files; len(f) != 1 || f[0].Size != 20 || f[0].LocalPath != filepath.Join(dir, "step_100/__0_0.distcp") {
+		t.Errorf("files %+v", f)
+	}
+	h.expect(time.Second)
+	write(t, dir, "step_100/__0_0.distcp", "rank 0, more of it written")
+	evs = h.expect(time.Second, "writing 100")
+	if f := evs[0].Step.Files; len(f) != 1 || f[0].Size != 26 {
+		t.Errorf("files %+v, want the new size", f)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "step_100")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(0, "deleted 100")
+	write(t, dir, "step_200/__0_0.distcp", "rank 0")
+	h.expect(0, "writing 200")
+	write(t, dir, "step_200/.metadata", "md")
+	h.expect(0, "writing 200")
+	h.expect(testSettle, "complete 200")
+	h2 := newHarness(t, dir, Options{Layout: "dcp"})
+	h2.expect(0) // off by default
+}

@@ -58,6 +58,10 @@ type Options struct {
 	// with fsnotify (see closewrite.go). Steps it cannot vouch for wait out
 	// Settle as before.
 	CloseWrite bool
+	// ReportWriting sends a Writing event, at most once per evaluation, for
+	// each step not complete yet whose files changed, so that its caller
+	// can send parts of large files while they are written.
+	ReportWriting bool
 	// Logger receives warnings (skipped links, failed watches) and, at
 	// debug level, why steps are pending. Nil means no logging.
 	Logger *zap.Logger

@@ -25,7 +25,7 @@ type EventKind int
 const (
 	// Complete: the step is completely written and may be uploaded.
 	Complete EventKind = iota + 1
-	// Deleted: a step reported Complete has disappeared, or its files
+	// Deleted: a step reported Complete (or Writing) has disappeared, or its files
 	// changed after the report (Event.Err wraps ErrChanged then). An
 	// upload in progress must be aborted and not committed. A changed step
 	// that settles again is reported Complete again.
@@ -34,6 +34,11 @@ const (
 	// example permission denied). It is reported again only if the error
 	// changes, and Complete follows if the problem is fixed.
 	Error
+	// Writing: a step not complete yet whose files changed (with
+	// Options.ReportWriting): Step holds its files as they are now, without
+	// links or generated files. A caller may start sending what is already
+	// written; Complete or Deleted follows.
+	Writing
 )
 
 // String returns the kind's name.
@@ -45,6 +50,8 @@ func (k EventKind) String() string {
 		return "deleted"
 	case Error:
 		return "error"
+	case Writing:
+		return "writing"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
