@@ -65,7 +65,7 @@ type stepState struct {
 	// reported is set once the step was reported Complete, writing once
 	// it was reported Writing (a Deleted event follows if it vanishes).
 	reported, writing bool
-	step     Step
+	step              Step
 	// errMsg is the last Error reported, to report each error once.
 	errMsg string
 }
