@@ -93,6 +93,11 @@ type Options struct {
 	DrainTimeout time.Duration
 	// RetryMin and RetryMax bound the backoff between attempts of a step.
 	RetryMin, RetryMax time.Duration
+	// Pipeline sends the whole parts of large files while the trainer
+	// writes them (uploader.Destination.SendEarly), so that once a step is
+	// complete only its last parts and the verification remain. A part is
+	// committed only if the file's final bytes hash to what was sent.
+	Pipeline bool
 	// WhenBehind orders the steps waiting for upload when the link falls
 	// behind the trainer: NewestFirst (the default), OldestFirst or
 	// SkipSuperseded.
@@ -109,6 +114,7 @@ type Agent struct {
 	log     *zap.Logger
 	journal *journal
 	watcher *detect.Watcher
+	pipe    *pipeline // nil without Options.Pipeline
 	started time.Time
 
 	mu      sync.Mutex
@@ -128,7 +134,9 @@ type Agent struct {
 	draining atomic.Bool
 	abort    context.CancelFunc
 	sent     atomic.Int64
-	rate     rateMeter
+	// sentEarly counts the bytes the pipeline sent.
+	sentEarly atomic.Int64
+	rate      rateMeter
 }
 
 // entry is the agent's record of one step.
@@ -210,6 +218,10 @@ func New(opts Options) (*Agent, error) {
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
+	dopts.ReportWriting = opts.Pipeline
+	if opts.Pipeline {
+		a.pipe = newPipeline(a)
+	}
 	if a.watcher, err = detect.New(dopts); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -311,6 +323,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		watchErr <- a.watcher.Run(ctx, events)
 	}()
+	if a.pipe != nil {
+		wg.Go(func() { a.pipe.run(ctx) })
+	}
 	go func() {
 		defer wg.Done()
 		defer close(workerDone)

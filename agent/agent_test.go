@@ -112,7 +112,40 @@ func (h *harness) committedSteps() []int64 {
 }
 
 func TestAgentUploadsSlowTrainer(t *testing.T) {
+	sim := trainsim.Options{Ranks: 2, FileSize: 6<<20 + 123, Chunk: 512 << 10, Pause: 20 * time.Millisecond, Seed: 3}
 	h := startAgent(t, func(o *Options) { o.Detect.ExpectedRanks = 2 })
+	checkSlowTrainer(t, h, sim)
+}
+
+// The same with parts sent while the trainer writes (--pipeline): files of
+// several 8 MiB parts written over about a second. Parts go before the
+// files are complete, and nothing is re-sent for an append-only writer.
+func TestAgentUploadsSlowTrainerPipelined(t *testing.T) {
+	sim := trainsim.Options{Ranks: 2, FileSize: 40<<20 + 123, Chunk: 1 << 20, Pause: 25 * time.Millisecond, Seed: 3}
+	h := startAgent(t, func(o *Options) {
+		o.Detect.ExpectedRanks = 2
+		o.Pipeline, o.Upload.PartSize = true, 8<<20
+	})
+	checkSlowTrainer(t, h, sim)
+	st := h.agent.Status()
+	if st.BytesSentEarly < 8<<20 {
+		t.Errorf("%d bytes sent while steps were written, want at least one part", st.BytesSentEarly)
+	}
+	for _, s := range st.Steps {
+		if s.PartsResent != 0 {
+			t.Errorf("step %d: %d parts re-sent for an append-only writer", s.Step, s.PartsResent)
+		}
+	}
+	if ups, err := h.st.ListUploads(context.Background(), h.prefix+"/"); err != nil || len(ups) != 0 {
+		t.Errorf("multipart uploads left: %+v, %v", ups, err)
+	}
+}
+
+// checkSlowTrainer writes three steps with sim and checks that each is
+// committed, restores to the trainer's bytes, and that no manifest was
+// ever visible before its objects.
+func checkSlowTrainer(t *testing.T, h *harness, sim trainsim.Options) {
+	sim.Dir = h.watch
 	// A watcher of the bucket: a manifest must never be visible before
 	// every object it names is complete.
 	ctx, stopCheck := context.WithCancel(context.Background())
@@ -128,7 +161,6 @@ func TestAgentUploadsSlowTrainer(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	sim := trainsim.Options{Dir: h.watch, Ranks: 2, FileSize: 6<<20 + 123, Chunk: 512 << 10, Pause: 20 * time.Millisecond, Seed: 3}
 	steps := []int64{100, 200, 300}
 	for _, s := range steps {
 		if err := trainsim.WriteStep(context.Background(), sim, s); err != nil {

@@ -14,16 +14,17 @@ var _ control.Controller = (*Agent)(nil)
 // Status implements control.Controller.
 func (a *Agent) Status() control.Status {
 	st := control.Status{
-		Watch:         a.opts.Detect.Dir,
-		Destination:   a.opts.URL,
-		Layout:        a.watcher.LayoutName(),
-		StateDir:      a.opts.StateDir,
-		MetricsAddr:   a.opts.MetricsAddr,
-		Started:       a.started.UTC(),
-		Draining:      a.draining.Load(),
-		LastCommitted: a.lastCommitted(),
-		BytesSent:     a.sent.Load(),
-		Rate:          a.rate.perSecond(),
+		Watch:          a.opts.Detect.Dir,
+		Destination:    a.opts.URL,
+		Layout:         a.watcher.LayoutName(),
+		StateDir:       a.opts.StateDir,
+		MetricsAddr:    a.opts.MetricsAddr,
+		Started:        a.started.UTC(),
+		Draining:       a.draining.Load(),
+		LastCommitted:  a.lastCommitted(),
+		BytesSent:      a.sent.Load(),
+		BytesSentEarly: a.sentEarly.Load(),
+		Rate:           a.rate.perSecond(),
 
 		RateWindowSeconds: rateWindow,
 		Settling:          a.watcher.Pending(),

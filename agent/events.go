@@ -28,12 +28,20 @@ func (a *Agent) handle(ev detect.Event) {
 		}
 	}
 	defer a.mu.Unlock()
+	if ev.Kind == detect.Writing {
+		a.writingLocked(ev.Step)
+		return
+	}
 	n, ok := a.numberLocked(&ev)
 	if !ok {
 		return
 	}
 	defer a.changedLocked()
 	e := a.steps[n]
+	if ev.Kind == detect.Deleted && e == nil && a.pipe != nil {
+		a.pipe.vanished(n) // written in part, then removed
+		return
+	}
 	switch ev.Kind {
 	case detect.Complete:
 		if e != nil && e.status.State == control.StateUploading {
@@ -91,6 +99,19 @@ func (a *Agent) handle(ev detect.Event) {
 	case a.wake <- struct{}{}:
 	default:
 	}
+}
+
+// writingLocked hands a step the trainer is still writing to the pipeline,
+// unless it is counted (no number yet) or the agent already knows it:
+// complete, committed here or in the bucket.
+func (a *Agent) writingLocked(s detect.Step) {
+	if a.pipe == nil || s.Counted || a.steps[s.Number] != nil || a.remote[s.Number] {
+		return
+	}
+	if _, done := a.journal.get(s.Number); done {
+		return
+	}
+	a.pipe.writing(s)
 }
 
 // stepField names a step in a log line: its number, or a counted step's ID.

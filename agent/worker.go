@@ -154,22 +154,19 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	a.mu.Unlock()
 
 	uopts := a.opts.Upload
-	userSent := uopts.OnSent
 	uopts.OnSent = func(b int64) {
-		a.sent.Add(b)
-		a.rate.add(b)
-		a.opts.Metrics.AddBytes(b)
+		a.countSent(b)
 		a.mu.Lock()
 		e.status.BytesSent += b
 		a.mu.Unlock()
-		if userSent != nil {
-			userSent(b)
-		}
 	}
 	uopts.OnDedup = a.opts.Metrics.Dedup
 	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(step.Files)), zap.Int("attempt", e.status.Attempts))
 	before := a.requestCounts()
 	step.Number = n
+	if a.pipe != nil {
+		a.pipe.quiesce(n) // the step's resume state has one writer at a time
+	}
 	res, err := a.destination().Push(stepCtx, step, uploader.PushOptions{
 		Upload: uopts, Layout: a.detectedLayout(), AllowEmpty: a.opts.AllowEmpty})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
@@ -184,6 +181,16 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		// Disk and network work of a commit, outside the lock: status,
 		// flush and the watcher never wait on a fsync or a slow server.
 		a.recordCommitted(ctx, e, res)
+	}
+}
+
+// countSent accounts bytes the server acknowledged, pushed or sent early.
+func (a *Agent) countSent(b int64) {
+	a.sent.Add(b)
+	a.rate.add(b)
+	a.opts.Metrics.AddBytes(b)
+	if a.opts.Upload.OnSent != nil {
+		a.opts.Upload.OnSent(b)
 	}
 }
 
@@ -210,6 +217,7 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 	defer a.mu.Unlock()
 	defer a.changedLocked()
 	e.cancel = nil
+	e.status.PartsResent += res.Stats.PartsResent
 	switch {
 	case e.deleted && err != nil:
 		// The trainer removed or rewrote the step mid-upload. Discard what

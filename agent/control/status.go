@@ -43,6 +43,9 @@ type StepStatus struct {
 	Committed time.Time `json:"committed,omitempty"`
 	Attempts  int       `json:"attempts,omitempty"`
 	Error     string    `json:"error,omitempty"`
+	// PartsResent counts parts sent while the step was written (agent
+	// --pipeline) whose bytes changed before it was complete, sent again.
+	PartsResent int64 `json:"parts_resent,omitempty"`
 	// Requests counts the S3 requests made for this step by operation,
 	// retries and failed attempts included (the agent uploads one step at
 	// a time, so every request in that window is this step's).
@@ -71,6 +74,9 @@ type Status struct {
 	// all uploads.
 	BytesSent int64   `json:"bytes_sent"`
 	Rate      float64 `json:"rate"`
+	// BytesSentEarly is the part of BytesSent sent while its step was
+	// still being written (--pipeline).
+	BytesSentEarly int64 `json:"bytes_sent_early"`
 	// RateWindowSeconds is the window Rate averages over.
 	RateWindowSeconds int    `json:"rate_window_s"`
 	LastError         string `json:"last_error,omitempty"`

@@ -46,6 +46,7 @@ type agentOptions struct {
 	allowEmpty    bool
 	priority      string
 	closeWrite    bool
+	pipeline      bool
 	whenBehind    string
 }
 
@@ -83,6 +84,7 @@ func newAgentCommand() *cli.Command {
 				allowEmpty:    c.Bool("allow-empty"),
 				priority:      c.String("priority"),
 				closeWrite:    c.Bool("close-write"),
+				pipeline:      c.Bool("pipeline"),
 				whenBehind:    c.String("when-behind"),
 			}
 			var err error
@@ -185,6 +187,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker, CloseWrite: o.closeWrite,
 		},
 		WhenBehind: o.whenBehind,
+		Pipeline:   o.pipeline,
 		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth),
 			DropCache: true},
 		StateDir:     stateDir,

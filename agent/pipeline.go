@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+// earlyRetry is how long the pipeline leaves a step alone after a failed
+// early send; the push after the step is complete sends what is missing.
+const earlyRetry = 10 * time.Second
+
+// pipeline sends the parts of large files while the trainer writes them
+// (Options.Pipeline): the watcher reports steps being written, and for
+// each the pipeline runs uploader.Destination.SendEarly, one call per step
+// at a time. Before the worker pushes a step, or abandons one that
+// vanished, quiesce stops the step's sender and waits for it: the step's
+// resume state has one writer at a time.
+type pipeline struct {
+	a    *Agent
+	wake chan struct{}
+
+	mu      sync.Mutex
+	growing map[int64]detect.Step // the latest snapshot of each step being written
+	fresh   map[int64]bool        // a snapshot no sender has seen yet
+	active  map[int64]*earlyRun   // senders in flight
+	retryAt map[int64]time.Time
+	gone    []int64 // vanished before complete: their early uploads go
+}
+
+// earlyRun is one SendEarly call in flight.
+type earlyRun struct {
+	stop atomic.Bool
+	done chan struct{}
+}
+
+func newPipeline(a *Agent) *pipeline {
+	return &pipeline{a: a, wake: make(chan struct{}, 1), growing: map[int64]detect.Step{}, fresh: map[int64]bool{},
+		active: map[int64]*earlyRun{}, retryAt: map[int64]time.Time{}}
+}
+
+// writing records a step's latest snapshot and wakes the pipeline.
+func (p *pipeline) writing(s detect.Step) {
+	p.mu.Lock()
+	p.growing[s.Number], p.fresh[s.Number] = s, true
+	p.mu.Unlock()
+	p.signal()
+}
+
+// vanished drops a step that disappeared before it was complete; its early
+// uploads are aborted.
+func (p *pipeline) vanished(n int64) {
+	p.mu.Lock()
+	_, known := p.growing[n]
+	delete(p.growing, n)
+	delete(p.fresh, n)
+	if known {
+		p.gone = append(p.gone, n)
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pipeline) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// quiesce stops sending parts of step n early and waits for the sender in
+// flight, if any, to return.
+func (p *pipeline) quiesce(n int64) {
+	p.mu.Lock()
+	delete(p.growing, n)
+	delete(p.fresh, n)
+	delete(p.retryAt, n)
+	r := p.active[n]
+	p.mu.Unlock()
+	if r != nil {
+		r.stop.Store(true)
+		<-r.done
+	}
+}
+
+// run starts senders until ctx is cancelled, then waits for them.
+func (p *pipeline) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(earlyRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-tick.C: // steps whose retry time passed
+		}
+		for _, n := range p.takeGone() {
+			p.quiesce(n)
+			if err := p.a.destination().Abandon(ctx, n); err != nil {
+				p.a.log.Warn("could not abort the parts sent early of a step that vanished", zap.Int64("step", n), zap.Error(err))
+			}
+		}
+		for _, s := range p.startable() {
+			r := &earlyRun{done: make(chan struct{})}
+			p.mu.Lock()
+			p.active[s.Number] = r
+			p.mu.Unlock()
+			wg.Go(func() { p.send(ctx, s, r) })
+		}
+	}
+}
+
+func (p *pipeline) takeGone() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := p.gone
+	p.gone = nil
+	return g
+}
+
+// startable returns the growing steps with a snapshot no sender has seen,
+// no sender in flight and no failure waiting out its retry time, marking
+// their snapshots seen.
+func (p *pipeline) startable() []detect.Step {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	var out []detect.Step
+	for n, s := range p.growing {
+		if p.fresh[n] && p.active[n] == nil && !now.Before(p.retryAt[n]) {
+			out = append(out, s)
+			p.fresh[n] = false
+		}
+	}
+	return out
+}
+
+// send runs SendEarly for one snapshot of a step, then wakes the pipeline
+// again in case the step grew meanwhile.
+func (p *pipeline) send(ctx context.Context, s detect.Step, r *earlyRun) {
+	defer func() {
+		p.mu.Lock()
+		delete(p.active, s.Number)
+		p.mu.Unlock()
+		close(r.done)
+		p.signal()
+	}()
+	a := p.a
+	opts := uploader.PushOptions{Upload: a.opts.Upload}
+	opts.Upload.OnSent = func(b int64) {
+		a.sentEarly.Add(b)
+		a.countSent(b)
+	}
+	opts.Upload.OnDurable, opts.Upload.OnDedup, opts.Upload.OnHashed = nil, nil, nil
+	es, err := a.destination().SendEarly(ctx, s, opts, r.stop.Load)
+	if es.Parts > 0 {
+		a.log.Debug("sent parts of a step still being written", zap.Int64("step", s.Number), zap.Int64("parts", es.Parts), zap.Int64("bytes", es.Bytes))
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("could not send parts while the step is written; they go once it is complete", zap.Int64("step", s.Number), zap.Error(err))
+		p.mu.Lock()
+		p.retryAt[s.Number], p.fresh[s.Number] = time.Now().Add(earlyRetry), true
+		p.mu.Unlock()
+	}
+}
