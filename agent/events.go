@@ -44,6 +44,9 @@ func (a *Agent) handle(ev detect.Event) {
 	}
 	switch ev.Kind {
 	case detect.Complete:
+		if a.pipe != nil {
+			a.pipe.completed(n)
+		}
 		if e != nil && e.status.State == control.StateUploading {
 			// Re-reported after a change while uploading: the running
 			// upload is cancelled by the Deleted event that preceded this

@@ -74,6 +74,19 @@ func (p *pipeline) signal() {
 	}
 }
 
+// completed stops sending parts of step n early without waiting: it is
+// complete, and the worker's order (--when-behind) decides when it goes.
+// The part in flight, if any, ends normally.
+func (p *pipeline) completed(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.growing, n)
+	delete(p.fresh, n)
+	if r := p.active[n]; r != nil {
+		r.stop.Store(true)
+	}
+}
+
 // quiesce stops sending parts of step n early and waits for the sender in
 // flight, if any, to return.
 func (p *pipeline) quiesce(n int64) {

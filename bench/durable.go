@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -24,8 +26,14 @@ type durableCase struct {
 	Size       int64     `json:"size"`
 	RateMiBps  float64   `json:"rate_mib_s_per_file"`
 	CloseWrite bool      `json:"close_write"`
+	Pipeline   bool      `json:"pipeline"`
 	Runs       []float64 `json:"time_to_durable_s"`
 	MedianS    float64   `json:"median_s"`
+	// EarlyMiB is what the agent sent while the step was written, and
+	// PartsResent the parts it sent again after the step was complete
+	// because their bytes had changed (ferry status), per run.
+	EarlyMiB    []float64 `json:"sent_early_mib"`
+	PartsResent []int64   `json:"parts_resent"`
 }
 
 // lagResult is the newest-step lag under a cadence faster than the link.
@@ -50,8 +58,9 @@ const (
 	lagBandwidth  = "100MiB/s" // a step of 2 x 128 MiB takes 2.6 s: the link falls behind a 1 s cadence
 )
 
-// durablePhase measures time-to-durable with close-write detection on and
-// off, alternated, and the newest-step lag of the when-behind policies.
+// durablePhase measures time-to-durable at the defaults (close-write
+// detection and parts sent while the trainer writes), with close-write
+// alone and with both off, alternated, and the newest-step lag of the when-behind policies.
 func (b *bench) durablePhase(ctx context.Context) error {
 	cases := []durableCase{
 		{Name: "2 x 256 MiB at 64 MiB/s per file", Ranks: 2, Size: 256 << 20, RateMiBps: 64},
@@ -59,23 +68,26 @@ func (b *bench) durablePhase(ctx context.Context) error {
 	}
 	res := &durableResult{}
 	for _, c := range cases {
-		on, off := c, c
-		on.CloseWrite = true
+		// The defaults, close-write alone, and both off: rounds rotate
+		// which goes first.
+		variants := []durableCase{c, c, c}
+		variants[0].CloseWrite, variants[0].Pipeline = true, true
+		variants[1].CloseWrite = true
 		for round := range durableRounds {
-			for i, dc := range []*durableCase{&on, &off} {
-				if round%2 == 1 {
-					dc = []*durableCase{&off, &on}[i] // alternate which goes first
-				}
+			for i := range variants {
+				dc := &variants[(i+round)%len(variants)]
 				s, err := b.timeToDurable(ctx, dc)
 				if err != nil {
-					return fmt.Errorf("%s (close-write %v): %w", dc.Name, dc.CloseWrite, err)
+					return fmt.Errorf("%s (close-write %v, pipeline %v): %w", dc.Name, dc.CloseWrite, dc.Pipeline, err)
 				}
 				dc.Runs = append(dc.Runs, s)
-				log.Printf("durable: %s, close-write %v: %.2f s", dc.Name, dc.CloseWrite, s)
+				log.Printf("durable: %s, close-write %v, pipeline %v: %.2f s", dc.Name, dc.CloseWrite, dc.Pipeline, s)
 			}
 		}
-		on.MedianS, off.MedianS = median(on.Runs), median(off.Runs)
-		res.Cases = append(res.Cases, on, off)
+		for i := range variants {
+			variants[i].MedianS = median(variants[i].Runs)
+		}
+		res.Cases = append(res.Cases, variants...)
 	}
 	for _, policy := range []string{"newest", "oldest"} {
 		l, err := b.newestLag(ctx, policy)
@@ -101,7 +113,7 @@ func (b *bench) timeToDurable(ctx context.Context, c *durableCase) (float64, err
 	root := filepath.Join(b.work, "durable")
 	defer os.RemoveAll(root)
 	prefix := "durable"
-	extra := []string{"--settle", agentSettle.String(), fmt.Sprintf("--close-write=%v", c.CloseWrite)}
+	extra := []string{"--settle", agentSettle.String(), fmt.Sprintf("--close-write=%v", c.CloseWrite), fmt.Sprintf("--pipeline=%v", c.Pipeline)}
 	ag, err := b.startAgentWith(ctx, root, prefix, c.Ranks, "", extra...)
 	if err != nil {
 		return 0, err
@@ -118,7 +130,31 @@ func (b *bench) timeToDurable(ctx context.Context, c *durableCase) (float64, err
 	if err != nil {
 		return 0, err
 	}
+	st, err := b.agentStatus(ctx, root)
+	if err != nil {
+		return 0, err
+	}
+	var resent int64
+	for _, s := range st.Steps {
+		resent += s.PartsResent
+	}
+	c.EarlyMiB = append(c.EarlyMiB, float64(st.BytesSentEarly)/(1<<20))
+	c.PartsResent = append(c.PartsResent, resent)
 	return ttd.Seconds(), nil
+}
+
+// agentStatus asks the agent running over root for its status.
+func (b *bench) agentStatus(ctx context.Context, root string) (control.Status, error) {
+	out, err := exec.CommandContext(ctx, b.cfg.ferry, "status", "--json", "--state-dir", filepath.Join(root, "state"),
+		"--watch", filepath.Join(root, "ckpt")).Output()
+	if err != nil {
+		return control.Status{}, fmt.Errorf("ferry status: %w", err)
+	}
+	var st control.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		return control.Status{}, fmt.Errorf("ferry status: %w", err)
+	}
+	return st, nil
 }
 
 // lastWrite is the newest modification time of a step's rank files.

@@ -62,9 +62,9 @@ func (r *report) markdown() string {
 	}
 	if d := r.Durable; d != nil {
 		p("## Time to durable\n\nFrom the trainer's last write of a step to its manifest on the server (medians of %d alternated runs):\n\n", durableRounds)
-		p("| step | close-write | runs (s) | median |\n|---|---|---|---:|\n")
+		p("| step | close-write | pipeline | runs (s) | median | MiB sent while written | parts re-sent |\n|---|---|---|---|---:|---|---|\n")
 		for _, c := range d.Cases {
-			p("| %s | %v | %v | %.2f s |\n", c.Name, c.CloseWrite, c.Runs, c.MedianS)
+			p("| %s | %v | %v | %v | %.2f s | %v | %v |\n", c.Name, c.CloseWrite, c.Pipeline, c.Runs, c.MedianS, c.EarlyMiB, c.PartsResent)
 		}
 		p("\nNewest-step lag: %d steps of 2 x %s written every %v, upload capped at %s:\n\n", lagSteps, fmtSize(lagSize), lagInterval, lagBandwidth)
 		p("| --when-behind | worst wait for a step as new to be durable | last step | committed by then |\n|---|---:|---:|---:|\n")
