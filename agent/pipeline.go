@@ -19,9 +19,11 @@ const earlyRetry = 10 * time.Second
 // pipeline sends the parts of large files while the trainer writes them
 // (Options.Pipeline): the watcher reports steps being written, and for
 // each the pipeline runs uploader.Destination.SendEarly, one call per step
-// at a time. Before the worker pushes a step, or abandons one that
-// vanished, quiesce stops the step's sender and waits for it: the step's
-// resume state has one writer at a time.
+// at a time. It uses the link only while the worker is not pushing a
+// complete step: when the link falls behind, --when-behind alone decides
+// what goes first. Before the worker pushes a step, or the pipeline
+// abandons one that vanished, quiesce stops the step's sender and waits
+// for it: the step's resume state has one writer at a time.
 type pipeline struct {
 	a    *Agent
 	wake chan struct{}
@@ -32,6 +34,7 @@ type pipeline struct {
 	active  map[int64]*earlyRun   // senders in flight
 	retryAt map[int64]time.Time
 	gone    []int64 // vanished before complete: their early uploads go
+	busy    bool    // the worker is pushing a complete step
 }
 
 // earlyRun is one SendEarly call in flight.
@@ -71,6 +74,22 @@ func (p *pipeline) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
+	}
+}
+
+// setBusy says whether the worker is pushing a complete step. While it is,
+// senders stop after their part in flight and none starts.
+func (p *pipeline) setBusy(b bool) {
+	p.mu.Lock()
+	p.busy = b
+	if b {
+		for _, r := range p.active {
+			r.stop.Store(true)
+		}
+	}
+	p.mu.Unlock()
+	if !b {
+		p.signal()
 	}
 }
 
@@ -145,6 +164,9 @@ func (p *pipeline) takeGone() []int64 {
 func (p *pipeline) startable() []detect.Step {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.busy {
+		return nil
+	}
 	now := time.Now()
 	var out []detect.Step
 	for n, s := range p.growing {
@@ -162,6 +184,9 @@ func (p *pipeline) send(ctx context.Context, s detect.Step, r *earlyRun) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.active, s.Number)
+		if _, growing := p.growing[s.Number]; growing && r.stop.Load() {
+			p.fresh[s.Number] = true // paused, not done: go on later
+		}
 		p.mu.Unlock()
 		close(r.done)
 		p.signal()

@@ -165,6 +165,8 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	before := a.requestCounts()
 	step.Number = n
 	if a.pipe != nil {
+		a.pipe.setBusy(true) // the link is this step's
+		defer a.pipe.setBusy(false)
 		a.pipe.quiesce(n) // the step's resume state has one writer at a time
 	}
 	res, err := a.destination().Push(stepCtx, step, uploader.PushOptions{

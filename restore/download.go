@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
@@ -61,15 +63,18 @@ var ErrHashMismatch = errors.New("BLAKE3 mismatch")
 // worker fetches chunks until the queue closes. Chunk errors go to the
 // chunk's file, whose goroutine reports them with the file's name.
 func (r *restorer) worker(ctx context.Context) {
-	w := &chunkWriter{r: r, buf: alignedBuffer(copyBufSize, directBufAlign), h: new(blake3tree.Range)}
+	w := &chunkWriter{r: r, buf: alignedBuffer(copyBufSize, directBufAlign), h: new(blake3tree.Range), whole: blake3.New()}
 	for {
 		t, i, ok := r.queue.pop()
 		if !ok {
 			return
 		}
-		if err := w.fetch(ctx, t, i); err != nil {
+		switch err := w.fetch(ctx, t, i); {
+		case err != nil:
 			t.fail(err)
-		} else {
+		case t.chunks == 1:
+			t.wholeEnded(hex.EncodeToString(w.whole.Sum(nil)))
+		default:
 			t.chunkEnded(i, w.h.Node())
 		}
 		t.active.Done()
@@ -77,11 +82,14 @@ func (r *restorer) worker(ctx context.Context) {
 }
 
 // chunkWriter is a worker's state: its copy buffer and the hasher of the
-// chunk it is fetching.
+// chunk it is fetching: a subtree hasher for a chunk of a file of several,
+// the sequential (faster) BLAKE3 for a file of one chunk.
 type chunkWriter struct {
-	r   *restorer
-	buf []byte
-	h   *blake3tree.Range
+	r     *restorer
+	buf   []byte
+	h     *blake3tree.Range
+	whole *blake3.Hasher
+	hw    io.Writer // h or whole, for the chunk being fetched
 
 	t            *transfer
 	pos, end     int64 // the chunk's bytes [pos, end) are still to come
@@ -92,8 +100,14 @@ type chunkWriter struct {
 // and re-requests the remaining range when a body breaks.
 func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 	off, end := t.span(i)
-	if err := w.h.Reset(off); err != nil {
-		return err
+	if t.chunks == 1 {
+		w.whole.Reset()
+		w.hw = w.whole
+	} else {
+		if err := w.h.Reset(off); err != nil {
+			return err
+		}
+		w.hw = w.h
 	}
 	w.t, w.pos, w.end, w.writebackPos = t, off, end, off
 	defer func() { w.t = nil }()
@@ -181,7 +195,7 @@ func (w *chunkWriter) copy(ctx context.Context, body io.Reader) error {
 				return errTooLong
 			}
 			if h := n &^ (a - 1); h > hashed {
-				w.h.Write(w.buf[hashed:h])
+				w.hw.Write(w.buf[hashed:h])
 				hashed = h
 			}
 		}
@@ -189,7 +203,7 @@ func (w *chunkWriter) copy(ctx context.Context, body io.Reader) error {
 		k := n &^ (a - 1)
 		if last {
 			k = n
-			w.h.Write(w.buf[hashed:n])
+			w.hw.Write(w.buf[hashed:n])
 		}
 		if k > 0 {
 			if err := w.write(w.buf[:k], last); err != nil {
@@ -268,8 +282,11 @@ func (r *restorer) awaitSum(ctx context.Context, t *transfer) (string, error) {
 			return "", ctx.Err()
 		}
 	}
-	if t.chunks == 0 {
+	switch t.chunks {
+	case 0:
 		return emptySum, nil
+	case 1:
+		return t.sum, nil
 	}
 	return blake3tree.Sum(t.nodes)
 }
@@ -280,16 +297,14 @@ const emptySum = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f32
 // hashScratch is a read-back buffer and hasher for checking existing files.
 type hashScratch struct {
 	buf []byte
-	h   blake3tree.Range
+	h   *blake3.Hasher
 }
 
 // hashFile returns the BLAKE3 of the first size bytes of f.
 func (r *restorer) hashFile(ctx context.Context, f *os.File, size int64) (string, error) {
 	s := r.hashBufs.Get().(*hashScratch)
 	defer r.hashBufs.Put(s)
-	if err := s.h.Reset(0); err != nil {
-		return "", err
-	}
+	s.h.Reset()
 	var hashed int64
 	for hashed < size {
 		if err := ctx.Err(); err != nil {
@@ -302,7 +317,7 @@ func (r *restorer) hashFile(ctx context.Context, f *os.File, size int64) (string
 			return "", err
 		}
 	}
-	return blake3tree.Sum([]blake3tree.Node{s.h.Node()})
+	return hex.EncodeToString(s.h.Sum(nil)), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -37,6 +37,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/zeebo/blake3"
 )
 
 // LatestStep asks Restore for the highest committed step.
@@ -274,7 +275,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 
 func newRestorer(opts Options, p *plan) *restorer {
 	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
-	r.hashBufs.New = func() any { return &hashScratch{buf: make([]byte, hashBufSize)} }
+	r.hashBufs.New = func() any { return &hashScratch{buf: make([]byte, hashBufSize), h: blake3.New()} }
 	for _, f := range p.files {
 		r.total += f.file.Size
 	}

@@ -30,6 +30,7 @@ type transfer struct {
 
 	mu      sync.Mutex
 	nodes   []blake3tree.Node // per chunk, set when its GET has ended
+	sum     string            // the file's BLAKE3, for a file of one chunk
 	ended   int               // chunks whose GETs are over, checks included
 	err     error
 	written int64         // bytes written by workers, for Result.BytesDownloaded
@@ -78,6 +79,16 @@ func (t *transfer) signal() {
 func (t *transfer) chunkEnded(i int, n blake3tree.Node) {
 	t.mu.Lock()
 	t.nodes[i] = n
+	t.ended++
+	t.mu.Unlock()
+	t.signal()
+}
+
+// wholeEnded records that the GET of a file of one chunk is over, with the
+// file's BLAKE3.
+func (t *transfer) wholeEnded(sum string) {
+	t.mu.Lock()
+	t.sum = sum
 	t.ended++
 	t.mu.Unlock()
 	t.signal()

@@ -156,6 +156,11 @@ func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, upl
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, store.ErrNotExist) {
+			// The upload is gone (aborted by a lifecycle rule, say): the
+			// next pass starts another.
+			return e.state.Remove(key)
+		}
 		// Not recorded: the push sends this part (a server that refused
 		// its CRC32C saw bytes that changed between the two reads).
 		return fmt.Errorf("send early: part %d of %s: %w", n, f.RelPath, err)
