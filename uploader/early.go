@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
@@ -171,4 +172,31 @@ func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, upl
 		return fmt.Errorf("send early: %w", err)
 	}
 	return nil
+}
+
+// sentEarly reports whether parts of the file at key were sent while it
+// was written: then the rest is sent without comparing the file with the
+// previous step's first (it is new, or its bytes are mostly on the server).
+func (u *Uploader) sentEarly(key string) bool {
+	if u.opts.State == nil {
+		return false
+	}
+	up, ok := u.opts.State.Get(key)
+	return ok && up.Early
+}
+
+// abortEarly aborts the upload begun while the file at key was written,
+// for a file that ended up small enough for one PUT. A failure only leaves
+// parts for the bucket's lifecycle rule.
+func (u *Uploader) abortEarly(ctx context.Context, key string) {
+	if !u.sentEarly(key) {
+		return
+	}
+	up, _ := u.opts.State.Get(key)
+	if err := u.opts.Store.AbortMultipart(ctx, key, up.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
+		u.opts.Logger.Warn("could not abort an unused multipart upload", zap.String("key", key), zap.Error(err))
+	}
+	if err := u.opts.State.Remove(key); err != nil {
+		u.opts.Logger.Warn("could not update the upload state", zap.Error(err))
+	}
 }

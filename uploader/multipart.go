@@ -1,0 +1,211 @@
+package uploader
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"sync"
+
+	"github.com/ferrylabs/ferry/internal/blake3tree"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/zeebo/blake3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+)
+
+// putMultipart hashes the file part by part and uploads each part as soon as
+// its CRC32C is known, resuming an upload recorded in State if there is one.
+// pre, when set, holds the hashes from an earlier read, which is not
+// repeated.
+func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.File, f File, stamp fileStamp, partSize int64, pre *digest) (string, error) {
+	up, held, err := u.openUpload(ctx, f, stamp, partSize)
+	if err != nil {
+		return "", err
+	}
+	nparts := int32((stamp.Size + partSize - 1) / partSize)
+	parts := make([]store.Part, nparts)
+	var pg sync.WaitGroup
+	var errs firstError
+	ph := newPartHashes(up.Early, nparts)
+	for i := int32(0); i < nparts && errs.get() == nil; i++ {
+		off := int64(i) * partSize
+		size := min(partSize, stamp.Size-off)
+		var crc uint32
+		var digest string
+		if pre != nil {
+			crc = pre.crcs[i]
+		} else if crc, digest, err = ph.hash(ctx, u, fh, i, off, size); err != nil {
+			pg.Wait()
+			return "", err
+		}
+		sum := store.EncodeCRC32C(crc)
+		if p, ok := held[i+1]; ok && p.Size == size && p.CRC32C == sum && (!up.Early || up.Digests[i+1] == digest) {
+			parts[i] = p
+			u.stats.resumed.Add(1)
+			u.durable(size)
+			continue
+		}
+		if _, sentEarly := up.Digests[i+1]; sentEarly {
+			u.stats.resent.Add(1) // rewritten since it was sent early
+		}
+		// The hasher takes the slot and hands it to the request, so it never
+		// runs more than one part ahead of the sends.
+		if err := u.acquire(ctx); err != nil {
+			errs.set(err)
+			break
+		}
+		pg.Add(1)
+		g.Go(func() error {
+			defer pg.Done()
+			p, err := u.sendPart(ctx, fh, f, up.UploadID, i+1, off, size, sum)
+			if err != nil {
+				errs.set(u.explain(f, stamp, fmt.Errorf("upload part %d: %w", i+1, err)))
+			}
+			parts[i] = p
+			return nil
+		})
+	}
+	pg.Wait()
+	if err := errs.get(); err != nil {
+		return "", err
+	}
+	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+		return "", err
+	}
+	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, parts); err != nil {
+		return "", fmt.Errorf("complete multipart upload: %w", err)
+	}
+	if pre != nil {
+		return pre.blake3, nil
+	}
+	return ph.sum()
+}
+
+// partHashes hashes a file part by part for putMultipart: in one
+// sequential BLAKE3, or, for an upload begun while the file was written,
+// as one BLAKE3 subtree per part, whose digests say which parts sent early
+// still hold the file's bytes, combined into the file's BLAKE3 at the end.
+type partHashes struct {
+	whole *blake3.Hasher
+	rng   *blake3tree.Range
+	nodes []blake3tree.Node
+}
+
+func newPartHashes(perPart bool, nparts int32) *partHashes {
+	if perPart {
+		return &partHashes{rng: new(blake3tree.Range), nodes: make([]blake3tree.Node, nparts)}
+	}
+	return &partHashes{whole: blake3.New()}
+}
+
+// hash reads part i ([off, off+size)) once and returns its CRC32C and,
+// per part, its digest.
+func (ph *partHashes) hash(ctx context.Context, u *Uploader, fh *os.File, i int32, off, size int64) (crc uint32, digest string, err error) {
+	onBlock := func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }
+	if ph.whole != nil {
+		err = u.hashRange(ctx, fh, off, size, ph.whole, onBlock)
+		return crc, "", err
+	}
+	if err := ph.rng.Reset(off); err != nil {
+		return 0, "", err
+	}
+	if err := u.hashRange(ctx, fh, off, size, ph.rng, onBlock); err != nil {
+		return 0, "", err
+	}
+	ph.nodes[i] = ph.rng.Node()
+	return crc, ph.nodes[i].Digest(), nil
+}
+
+// sum returns the file's hex BLAKE3.
+func (ph *partHashes) sum() (string, error) {
+	if ph.whole != nil {
+		return hex.EncodeToString(ph.whole.Sum(nil)), nil
+	}
+	return blake3tree.Sum(ph.nodes)
+}
+
+// sendPart uploads part n (bytes off..off+size of the file) in the slot
+// the caller acquired.
+func (u *Uploader) sendPart(ctx context.Context, fh *os.File, f File, uploadID string, n int32, off, size int64, sum string) (store.Part, error) {
+	var part store.Part
+	err := u.sendHeld(ctx, size, func() error {
+		p, err := u.opts.Store.UploadPart(ctx, f.Key, uploadID, n, u.body(ctx, fh, off, size), size, sum)
+		if err != nil {
+			return err
+		}
+		p.Size = size
+		part = p
+		return nil
+	})
+	if err == nil {
+		u.stats.parts.Add(1)
+	}
+	return part, err
+}
+
+// firstError keeps the first error of concurrent work.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *firstError) set(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.mu.Unlock()
+}
+
+func (e *firstError) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+// openUpload returns the multipart upload to use for f: the one recorded in
+// State if it is still valid for this exact file content and part size (with
+// the parts the server already holds), or a new one.
+func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (Upload, map[int32]store.Part, error) {
+	if st := u.opts.State; st != nil {
+		if prev, ok := st.Get(f.Key); ok {
+			// An upload begun while the file was written is kept whatever
+			// the stamp: putMultipart checks every part's digest.
+			if (prev.Stamp == stamp || prev.Early) && prev.PartSize == partSize {
+				parts, err := u.opts.Store.ListParts(ctx, f.Key, prev.UploadID)
+				if err == nil {
+					held := make(map[int32]store.Part, len(parts))
+					for _, p := range parts {
+						held[p.Number] = p
+					}
+					u.opts.Logger.Info("resuming multipart upload", zap.String("file", f.RelPath), zap.Int("parts_held", len(parts)))
+					return prev, held, nil
+				}
+				if !errors.Is(err, store.ErrNotExist) {
+					return Upload{}, nil, fmt.Errorf("list parts of the upload being resumed: %w", err)
+				}
+				u.opts.Logger.Info("recorded multipart upload is gone; starting over", zap.String("file", f.RelPath))
+			} else {
+				// The file or part size changed since: the old parts are
+				// useless. Abort them so they stop costing storage.
+				if err := u.opts.Store.AbortMultipart(ctx, f.Key, prev.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
+					u.opts.Logger.Warn("could not abort a stale multipart upload", zap.String("key", f.Key), zap.Error(err))
+				}
+			}
+		}
+	}
+	id, err := u.opts.Store.CreateMultipart(ctx, f.Key)
+	if err != nil {
+		return Upload{}, nil, fmt.Errorf("create multipart upload: %w", err)
+	}
+	up := Upload{UploadID: id, PartSize: partSize, Stamp: stamp}
+	if u.opts.State != nil {
+		if err := u.opts.State.Put(f.Key, up); err != nil {
+			return Upload{}, nil, fmt.Errorf("record multipart upload: %w", err)
+		}
+	}
+	return up, nil, nil
+}
