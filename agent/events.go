@@ -44,58 +44,11 @@ func (a *Agent) handle(ev detect.Event) {
 	}
 	switch ev.Kind {
 	case detect.Complete:
-		if a.pipe != nil {
-			a.pipe.completed(n)
-		}
-		if e != nil && e.status.State == control.StateUploading {
-			// Re-reported after a change while uploading: the running
-			// upload is cancelled by the Deleted event that preceded this
-			// one; queue the new content behind it.
-			e.deleted = true
-			if e.cancel != nil {
-				e.cancel()
-			}
-		}
-		a.steps[n] = &entry{
-			step:     ev.Step,
-			complete: time.Now(),
-			status: control.StepStatus{Step: n, State: control.StatePending, Files: len(ev.Step.Files) + len(ev.Step.Generated),
-				Bytes: ev.Step.TotalBytes(), Detected: time.Now().UTC()},
-		}
-		a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(ev.Step.Files)), zap.Int64("bytes", ev.Step.TotalBytes()))
+		a.completeLocked(e, ev.Step, n)
 	case detect.Deleted:
-		if e == nil || e.status.State == control.StateCommitted || e.status.State == control.StateNodeDone || e.status.State == control.StateAbandoned {
-			return
-		}
-		reason := "deleted by the trainer"
-		if errors.Is(ev.Err, detect.ErrChanged) {
-			reason = "changed on disk after it looked complete"
-		}
-		a.log.Warn("step not durable yet; abandoning its upload", zap.Int64("step", n), zap.String("reason", reason))
-		e.deleted = true
-		e.status.Error = reason
-		if e.cancel != nil {
-			e.cancel() // the worker abandons the upload when Push returns
-		} else {
-			// An earlier, interrupted attempt may have left uploads
-			// behind: the worker cleans them up.
-			e.status.State = control.StateAbandoned
-			e.cleanup = true
-		}
+		a.deletedLocked(e, ev.Err, n)
 	case detect.Error:
-		msg := fmt.Sprintf("step %d cannot be read: %v", n, ev.Err)
-		a.lastErr = msg
-		a.opts.Metrics.Error("detect")
-		a.log.Error("checkpoint cannot be read", zap.Int64("step", n), zap.Error(ev.Err))
-		if e == nil {
-			e = &entry{step: ev.Step, status: control.StepStatus{Step: n, Detected: time.Now().UTC()}}
-			a.steps[n] = e
-		}
-		if e.status.State != control.StateUploading {
-			e.status.State = control.StateFailed
-			e.status.Error = msg
-			e.nextTry = time.Now().Add(a.opts.RetryMax) // retried when detect reports it Complete
-		}
+		a.unreadableLocked(e, ev, n)
 	}
 	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
 	select {
@@ -123,6 +76,69 @@ func stepField(s *detect.Step) zap.Field {
 		return zap.String("step", s.ID)
 	}
 	return zap.Int64("step", s.Number)
+}
+
+// completeLocked queues a step found complete on disk.
+func (a *Agent) completeLocked(e *entry, s detect.Step, n int64) {
+	if a.pipe != nil {
+		a.pipe.completed(n)
+	}
+	if e != nil && e.status.State == control.StateUploading {
+		// Re-reported after a change while uploading: the running
+		// upload is cancelled by the Deleted event that preceded this
+		// one; queue the new content behind it.
+		e.deleted = true
+		if e.cancel != nil {
+			e.cancel()
+		}
+	}
+	a.steps[n] = &entry{
+		step:     s,
+		complete: time.Now(),
+		status: control.StepStatus{Step: n, State: control.StatePending, Files: len(s.Files) + len(s.Generated),
+			Bytes: s.TotalBytes(), Detected: time.Now().UTC()},
+	}
+	a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
+}
+
+// deletedLocked abandons a step removed or changed before it was durable.
+func (a *Agent) deletedLocked(e *entry, why error, n int64) {
+	if e == nil || e.status.State == control.StateCommitted || e.status.State == control.StateNodeDone || e.status.State == control.StateAbandoned {
+		return
+	}
+	reason := "deleted by the trainer"
+	if errors.Is(why, detect.ErrChanged) {
+		reason = "changed on disk after it looked complete"
+	}
+	a.log.Warn("step not durable yet; abandoning its upload", zap.Int64("step", n), zap.String("reason", reason))
+	e.deleted = true
+	e.status.Error = reason
+	if e.cancel != nil {
+		e.cancel() // the worker abandons the upload when Push returns
+	} else {
+		// An earlier, interrupted attempt may have left uploads
+		// behind: the worker cleans them up.
+		e.status.State = control.StateAbandoned
+		e.cleanup = true
+	}
+}
+
+// unreadableLocked records a step that is complete but cannot be read; it
+// is retried when the watcher reports it Complete.
+func (a *Agent) unreadableLocked(e *entry, ev detect.Event, n int64) {
+	msg := fmt.Sprintf("step %d cannot be read: %v", n, ev.Err)
+	a.lastErr = msg
+	a.opts.Metrics.Error("detect")
+	a.log.Error("checkpoint cannot be read", zap.Int64("step", n), zap.Error(ev.Err))
+	if e == nil {
+		e = &entry{step: ev.Step, status: control.StepStatus{Step: n, Detected: time.Now().UTC()}}
+		a.steps[n] = e
+	}
+	if e.status.State != control.StateUploading {
+		e.status.State = control.StateFailed
+		e.status.Error = msg
+		e.nextTry = time.Now().Add(a.opts.RetryMax)
+	}
 }
 
 func (a *Agent) queueDepthLocked() int {
