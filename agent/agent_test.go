@@ -454,6 +454,7 @@ func TestAgentRequestBudgetAndIdle(t *testing.T) {
 	h := startAgent(t, func(o *Options) {
 		o.Detect.ExpectedRanks = 2
 		o.Detect.Rescan = 200 * time.Millisecond // rescans must cost no requests either
+		o.Pipeline = true                        // as the CLI runs it
 	})
 	// Per rank: one 12 MiB file (3 parts of 5 MiB) at steps 1 and 2.
 	sim := trainsim.Options{Dir: h.watch, Ranks: 2, FileSize: 12 << 20, Seed: 8}

@@ -125,14 +125,11 @@ func (p *pipeline) quiesce(n int64) {
 func (p *pipeline) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	tick := time.NewTicker(earlyRetry)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-		case <-tick.C: // steps whose retry time passed
 		}
 		for _, n := range p.takeGone() {
 			p.quiesce(n)
@@ -207,5 +204,6 @@ func (p *pipeline) send(ctx context.Context, s detect.Step, r *earlyRun) {
 		p.mu.Lock()
 		p.retryAt[s.Number], p.fresh[s.Number] = time.Now().Add(earlyRetry), true
 		p.mu.Unlock()
+		time.AfterFunc(earlyRetry, p.signal)
 	}
 }

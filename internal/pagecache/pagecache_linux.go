@@ -3,6 +3,7 @@ package pagecache
 import (
 	"fmt"
 	"os"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,40 @@ func (r *Residency) DropOthers(f *os.File) error {
 	if r == nil {
 		return nil
 	}
+	// The kernel skips pages it cannot drop at that moment (locked for
+	// I/O, held in another CPU's LRU batch): look again and retry a few
+	// times, briefly.
+	for attempt := 1; ; attempt++ {
+		if err := r.dropOnce(f); err != nil {
+			return err
+		}
+		now, err := Snapshot(f, r.size)
+		if err != nil || now == nil || !r.othersCached(now) || attempt == dropAttempts {
+			return err
+		}
+		time.Sleep(dropRetryWait)
+	}
+}
+
+// Retries of DropOthers.
+const (
+	dropAttempts  = 3
+	dropRetryWait = 10 * time.Millisecond
+)
+
+// othersCached reports whether now has a page cached that r did not.
+func (r *Residency) othersCached(now *Residency) bool {
+	for i, b := range now.cached {
+		if b&1 != 0 && r.cached[i]&1 == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// dropOnce advises the kernel to drop each run of pages not cached at
+// Snapshot.
+func (r *Residency) dropOnce(f *os.File) error {
 	for i := 0; i < len(r.cached); {
 		if r.cached[i]&1 != 0 {
 			i++
