@@ -137,12 +137,8 @@ func (p *pipeline) run(ctx context.Context) {
 				p.a.log.Warn("could not abort the parts sent early of a step that vanished", zap.Int64("step", n), zap.Error(err))
 			}
 		}
-		for _, s := range p.startable() {
-			r := &earlyRun{done: make(chan struct{})}
-			p.mu.Lock()
-			p.active[s.Number] = r
-			p.mu.Unlock()
-			wg.Go(func() { p.send(ctx, s, r) })
+		for _, run := range p.startable() {
+			wg.Go(func() { p.send(ctx, run.step, run.r) })
 		}
 	}
 }
@@ -155,24 +151,32 @@ func (p *pipeline) takeGone() []int64 {
 	return g
 }
 
-// startable returns the growing steps with a snapshot no sender has seen,
-// no sender in flight and no failure waiting out its retry time, marking
-// their snapshots seen.
-func (p *pipeline) startable() []detect.Step {
+// startable registers a sender for each growing step with a snapshot no
+// sender has seen, no sender in flight and no failure waiting out its
+// retry time, and returns them. Registering under the lock is what lets
+// quiesce find every sender of its step.
+func (p *pipeline) startable() []startedRun {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.busy {
 		return nil
 	}
 	now := time.Now()
-	var out []detect.Step
+	var out []startedRun
 	for n, s := range p.growing {
 		if p.fresh[n] && p.active[n] == nil && !now.Before(p.retryAt[n]) {
-			out = append(out, s)
-			p.fresh[n] = false
+			r := &earlyRun{done: make(chan struct{})}
+			p.active[n], p.fresh[n] = r, false
+			out = append(out, startedRun{step: s, r: r})
 		}
 	}
 	return out
+}
+
+// startedRun is a sender startable registered.
+type startedRun struct {
+	step detect.Step
+	r    *earlyRun
 }
 
 // send runs SendEarly for one snapshot of a step, then wakes the pipeline
