@@ -92,18 +92,15 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		return nil
 	}
 	defer os.RemoveAll(shm)
-	srv, err := startServer(b.cfg.versitygw, filepath.Join(shm, "s3"), b.cfg.tls)
+	srv, err := b.interferenceServer(filepath.Join(shm, "s3"), n-1)
 	if err != nil {
-		return err
+		b.rep.note("interference: not measured: %v", err)
+		return nil
 	}
 	defer srv.stop()
 	saved := b.srv
 	b.srv = srv
 	defer func() { b.srv = saved }()
-	if err := pin(srv.pid(), fmt.Sprint(n-1)); err != nil {
-		b.rep.note("interference: not measured: cannot pin the server (%v)", err)
-		return nil
-	}
 	// Rounds of every case in turn; each case's median (of its rates and
 	// times) is reported, and ratios to the baseline's median.
 	var runs [len(interfCases)][]interfCase
@@ -131,6 +128,37 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		b.rep.Interference = append(b.rep.Interference, res)
 	}
 	return nil
+}
+
+// interferenceServer starts the phase's server on core cpu: in a network
+// namespace of its own over a veth whose receive processing runs on that
+// core, where this machine allows it (root, iproute2, plain HTTP: the test
+// certificate names 127.0.0.1 only); otherwise on loopback, pinned, where
+// the kernel processes what the agent sends on the agent's core.
+func (b *bench) interferenceServer(dir string, cpu int) (*server, error) {
+	b.rep.InterferenceNet = "loopback: the server pinned to the last core, its receive processing on the sender's core"
+	if !b.cfg.tls {
+		ns, err := newNetns(cpu)
+		if err == nil {
+			srv, err := startServerAt(b.cfg.versitygw, dir, false, ns.nsIP+":9000", ns.wrap())
+			if err == nil {
+				b.rep.InterferenceNet = "a network namespace of its own over a veth (MTU 9000), the server and its receive processing (RPS) on the last core"
+				srv.cleanup = ns.close
+				return srv, nil
+			}
+			ns.close()
+		}
+		log.Printf("interference: no network namespace (%v); the server runs on loopback", err)
+	}
+	srv, err := startServer(b.cfg.versitygw, dir, b.cfg.tls)
+	if err != nil {
+		return nil, err
+	}
+	if err := pin(srv.pid(), fmt.Sprint(cpu)); err != nil {
+		srv.stop()
+		return nil, fmt.Errorf("cannot pin the server: %w", err)
+	}
+	return srv, nil
 }
 
 // interfRun runs one case on trainerCPUs.

@@ -221,9 +221,9 @@ func (r *report) interferenceTable(p func(string, ...any)) {
 	}
 	p("## Interference: the trainer with the agent beside it\n\n")
 	p("The trainer simulator burns CPU on every core but the last for %s and writes its next checkpoint (%s, fsynced) meanwhile; "+
-		"the agent, on the same cores, uploads the previous step (%d x %s); the server is pinned to the last core and stores in memory (a remote store's disk is not the node's). "+
+		"the agent, on the same cores, uploads the previous step (%d x %s); the server stores in memory (a remote store's disk is not the node's) and runs in %s. "+
 		"Compute and write rates are the trainer's, relative to the trainer alone; time-to-durable runs from the agent's start to the step's manifest.\n\n",
-		interfWindow, fmtSize(interfNextBytes), interfRanks, fmtSize(interfRankSize))
+		interfWindow, fmtSize(interfNextBytes), interfRanks, fmtSize(interfRankSize), r.InterferenceNet)
 	p("| case | trainer compute | trainer checkpoint write | agent upload MiB/s | time-to-durable s |\n|---|---:|---:|---:|---:|\n")
 	for _, c := range r.Interference {
 		p("| %s | %s | %s | %s | %s |\n", c.Name, relOrDash(c.ComputeVsBaseline, c.ComputeRate), relOrDash(c.WriteVsBaseline, c.WriteMiBps),

@@ -42,11 +42,14 @@ type report struct {
 	Agent        string               `json:"agent,omitempty"`
 	AgentResult  *agentResult         `json:"agent_result,omitempty"`
 	Durable      *durableResult       `json:"durable,omitempty"`
-	Requests     []requestCount       `json:"requests,omitempty"`
-	Targets      []target             `json:"targets"`
-	Profiles     map[string]string    `json:"profiles,omitempty"`
-	Notes        []string             `json:"notes,omitempty"`
-	phases       []string
+	// InterferenceNet says how the interference phase's server was
+	// isolated from the node's cores.
+	InterferenceNet string            `json:"interference_network,omitempty"`
+	Requests        []requestCount    `json:"requests,omitempty"`
+	Targets         []target          `json:"targets"`
+	Profiles        map[string]string `json:"profiles,omitempty"`
+	Notes           []string          `json:"notes,omitempty"`
+	phases          []string
 }
 
 type hostInfo struct {

@@ -37,19 +37,30 @@ type server struct {
 	cmd    *exec.Cmd
 	out    bytes.Buffer
 	done   chan struct{}
+	// cleanup, when set, runs after the server stopped (its network
+	// namespace goes).
+	cleanup func()
 }
 
 func startServer(bin, dir string, useTLS bool) (*server, error) {
-	s := &server{dir: dir, done: make(chan struct{})}
-	if err := os.MkdirAll(filepath.Join(dir, bucket), 0o755); err != nil {
-		return nil, err
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
+	return startServerAt(bin, dir, useTLS, addr, nil)
+}
+
+// startServerAt starts versitygw listening on addr, its command line
+// prefixed by wrap (for example to run it in a network namespace, pinned
+// to a core; each wrapper must exec the next, so that the pid is the
+// server's).
+func startServerAt(bin, dir string, useTLS bool, addr string, wrap []string) (*server, error) {
+	s := &server{dir: dir, done: make(chan struct{})}
+	if err := os.MkdirAll(filepath.Join(dir, bucket), 0o755); err != nil {
+		return nil, err
+	}
 	s.endpoint = "http://" + addr
 	args := []string{"--access", accessKey, "--secret", secretKey, "--region", region, "--port", addr, "--quiet", "--keep-alive"}
 	client := &http.Client{Timeout: time.Second}
@@ -64,7 +75,8 @@ func startServer(bin, dir string, useTLS bool) (*server, error) {
 		s.endpoint, s.caFile = "https://"+addr, files.CA
 		args = append(args, "--cert", files.Cert, "--key", files.Key)
 	}
-	s.cmd = exec.Command(bin, append(args, "posix", dir)...)
+	argv := append(append(append([]string(nil), wrap...), bin), append(args, "posix", dir)...)
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -113,6 +125,9 @@ func (s *server) stop() {
 	case <-time.After(5 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.done
+	}
+	if s.cleanup != nil {
+		s.cleanup()
 	}
 }
 
