@@ -101,6 +101,16 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 	saved := b.srv
 	b.srv = srv
 	defer func() { b.srv = saved }()
+	// The server's core never idles, in every case: a SCHED_IDLE spinner
+	// takes what the server leaves. In this VM an idle vCPU halts, and
+	// waking it slowed the trainer alone (whose I/O completions land
+	// there) below the trainer with an agent busy beside it.
+	if stop, err := spinIdle(n - 1); err == nil {
+		defer stop()
+		b.rep.InterferenceNet += "; a SCHED_IDLE spinner keeps that core from idling in every case"
+	} else {
+		log.Printf("interference: no idle spinner on the server's core: %v", err)
+	}
 	// Rounds of every case in turn; each case's median (of its rates and
 	// times) is reported, and ratios to the baseline's median.
 	var runs [len(interfCases)][]interfCase
@@ -159,6 +169,16 @@ func (b *bench) interferenceServer(dir string, cpu int) (*server, error) {
 		return nil, fmt.Errorf("cannot pin the server: %w", err)
 	}
 	return srv, nil
+}
+
+// spinIdle runs a busy loop at SCHED_IDLE on cpu until stop is called.
+func spinIdle(cpu int) (stop func(), err error) {
+	cmd := exec.Command("chrt", "-i", "0", "taskset", "-c", fmt.Sprint(cpu), "sh", "-c", "while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
 }
 
 // interfRun runs one case on trainerCPUs.
