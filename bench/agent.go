@@ -149,13 +149,17 @@ func (b *bench) startAgentWith(ctx context.Context, dir, prefix string, ranks in
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(agentStartWait)
 	if cmd.ProcessState != nil || syscall.Kill(cmd.Process.Pid, 0) != nil {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("ferry agent exited at start: %s", out.String())
 	}
 	return cmd, nil
 }
+
+// agentStartWait is how long startAgentWith gives an agent to start (and
+// fail) before it returns.
+const agentStartWait = 500 * time.Millisecond
 
 // stopAgent stops an agent with SIGTERM (it drains), then SIGKILL.
 func stopAgent(cmd *exec.Cmd) {

@@ -207,6 +207,10 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 			return res, err
 		}
 		defer stopAgent(agent)
+	} else {
+		// The same pause after settling as a case with an agent: the
+		// trainer must meet the same disk state in every case.
+		time.Sleep(agentStartWait)
 	}
 	if trainer {
 		t, err := b.runTrainer(ctx, filepath.Join(root, "trainer"), cpus)
