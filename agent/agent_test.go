@@ -488,3 +488,31 @@ func TestAgentRequestBudgetAndIdle(t *testing.T) {
 		t.Errorf("an idle agent made %d requests in 3 s: %v", after-before, h.counters.Snapshot())
 	}
 }
+
+// A step the trainer removes before it is complete has the parts sent
+// while it was written aborted, and nothing is committed.
+func TestAgentPipelineAbortsVanishedStep(t *testing.T) {
+	h := startAgent(t, func(o *Options) {
+		o.Detect.ExpectedRanks = 2 // rank 1 never comes: the step stays incomplete
+		o.Pipeline, o.Upload.PartSize = true, 8<<20
+	})
+	path := filepath.Join(h.watch, trainsim.FileName(0, 100, 0))
+	writeTestFile(t, path, 24<<20, 5)
+	waitFor(t, "parts sent while the step is written", 30*time.Second, func() bool {
+		return h.agent.Status().BytesSentEarly >= 8<<20
+	})
+	ctx := context.Background()
+	if ups, err := h.st.ListUploads(ctx, h.prefix+"/"); err != nil || len(ups) != 1 {
+		t.Fatalf("uploads in flight: %+v, %v; want the early one", ups, err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the early upload aborted", 30*time.Second, func() bool {
+		ups, err := h.st.ListUploads(ctx, h.prefix+"/")
+		return err == nil && len(ups) == 0
+	})
+	if got := h.committedSteps(); len(got) != 0 {
+		t.Fatalf("committed %v, want nothing", got)
+	}
+}
