@@ -101,6 +101,9 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 	saved := b.srv
 	b.srv = srv
 	defer func() { b.srv = saved }()
+	restoreKernel, moved := keepKernelOff(n - 1)
+	defer restoreKernel()
+	b.rep.InterferenceNet += fmt.Sprintf("; %d device interrupts and the kernel's unbound work (writeback) moved to the other cores", moved)
 	// The server's core never idles, in every case: a SCHED_IDLE spinner
 	// takes what the server leaves. In this VM an idle vCPU halts, and
 	// waking it slowed the trainer alone (whose I/O completions land
