@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"sync/atomic"
 
@@ -142,14 +141,11 @@ func (e *early) upload(ctx context.Context, key string) (Upload, error) {
 // with that CRC32C, then records its digest.
 func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, uploadID string, n int32, h *blake3tree.Range) error {
 	off := int64(n-1) * e.partSize
-	if err := h.Reset(off); err != nil {
+	crc, node, err := e.u.hashSubtree(ctx, fh, h, off, e.partSize)
+	if err != nil {
 		return err
 	}
-	var crc uint32
-	if err := e.u.hashRange(ctx, fh, off, e.partSize, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
-		return err
-	}
-	digest := h.Node().Digest()
+	digest := node.Digest()
 	if err := e.u.acquire(ctx); err != nil {
 		return err
 	}

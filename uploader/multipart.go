@@ -104,19 +104,28 @@ func newPartHashes(perPart bool, nparts int32) *partHashes {
 // hash reads part i ([off, off+size)) once and returns its CRC32C and,
 // per part, its digest.
 func (ph *partHashes) hash(ctx context.Context, u *Uploader, fh *os.File, i int32, off, size int64) (crc uint32, digest string, err error) {
-	onBlock := func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }
 	if ph.whole != nil {
-		err = u.hashRange(ctx, fh, off, size, ph.whole, onBlock)
+		err = u.hashRange(ctx, fh, off, size, ph.whole, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) })
 		return crc, "", err
 	}
-	if err := ph.rng.Reset(off); err != nil {
+	crc, ph.nodes[i], err = u.hashSubtree(ctx, fh, ph.rng, off, size)
+	if err != nil {
 		return 0, "", err
 	}
-	if err := u.hashRange(ctx, fh, off, size, ph.rng, onBlock); err != nil {
-		return 0, "", err
-	}
-	ph.nodes[i] = ph.rng.Node()
 	return crc, ph.nodes[i].Digest(), nil
+}
+
+// hashSubtree reads [off, off+size) of fh once and returns its CRC32C and
+// its BLAKE3 subtree node, hashed with h.
+func (u *Uploader) hashSubtree(ctx context.Context, fh *os.File, h *blake3tree.Range, off, size int64) (uint32, blake3tree.Node, error) {
+	if err := h.Reset(off); err != nil {
+		return 0, blake3tree.Node{}, err
+	}
+	var crc uint32
+	if err := u.hashRange(ctx, fh, off, size, h, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }); err != nil {
+		return 0, blake3tree.Node{}, err
+	}
+	return crc, h.Node(), nil
 }
 
 // sum returns the file's hex BLAKE3.
