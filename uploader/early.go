@@ -182,17 +182,15 @@ func (u *Uploader) sentEarly(key string) bool {
 }
 
 // abortEarly aborts the upload begun while the file at key was written,
-// for a file that ended up small enough for one PUT. A failure only leaves
-// parts for the bucket's lifecycle rule.
+// for a file that ended up small enough for one PUT.
 func (u *Uploader) abortEarly(ctx context.Context, key string) {
-	if !u.sentEarly(key) {
+	if u.opts.State == nil {
 		return
 	}
-	up, _ := u.opts.State.Get(key)
-	if err := u.opts.Store.AbortMultipart(ctx, key, up.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
-		u.opts.Logger.Warn("could not abort an unused multipart upload", zap.String("key", key), zap.Error(err))
-	}
-	if err := u.opts.State.Remove(key); err != nil {
-		u.opts.Logger.Warn("could not update the upload state", zap.Error(err))
+	if up, ok := u.opts.State.Get(key); ok && up.Early {
+		abortUnused(ctx, u.opts.Store, key, up.UploadID, u.opts.Logger)
+		if err := u.opts.State.Remove(key); err != nil {
+			u.opts.Logger.Warn("could not update the upload state", zap.Error(err))
+		}
 	}
 }

@@ -200,9 +200,7 @@ func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, part
 			} else {
 				// The file or part size changed since: the old parts are
 				// useless. Abort them so they stop costing storage.
-				if err := u.opts.Store.AbortMultipart(ctx, f.Key, prev.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
-					u.opts.Logger.Warn("could not abort a stale multipart upload", zap.String("key", f.Key), zap.Error(err))
-				}
+				abortUnused(ctx, u.opts.Store, f.Key, prev.UploadID, u.opts.Logger)
 			}
 		}
 	}

@@ -254,9 +254,16 @@ func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt s
 // instead. A failure only leaves parts for the bucket's lifecycle rule.
 func abortLeftovers(ctx context.Context, st store.Store, state *State, log *zap.Logger) {
 	for key, up := range state.Uploads() {
-		if err := st.AbortMultipart(ctx, key, up.UploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
-			log.Warn("could not abort an unused multipart upload", zap.String("key", key), zap.Error(err))
-		}
+		abortUnused(ctx, st, key, up.UploadID, log)
+	}
+}
+
+// abortUnused aborts a multipart upload nothing will complete (one already
+// gone counts as aborted). A failure only leaves parts for the bucket's
+// lifecycle rule: it is logged, not returned.
+func abortUnused(ctx context.Context, st store.Store, key, uploadID string, log *zap.Logger) {
+	if err := st.AbortMultipart(ctx, key, uploadID); err != nil && !errors.Is(err, store.ErrNotExist) {
+		log.Warn("could not abort an unused multipart upload", zap.String("key", key), zap.Error(err))
 	}
 }
 
