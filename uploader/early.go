@@ -58,10 +58,13 @@ func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, 
 	if len(files) == 0 {
 		return EarlyStats{}, nil
 	}
-	state, attempt, err := openPushState(p)
+	// Not saved here: SendEarly runs at every change of a growing step,
+	// and the state is written when an upload or a part is recorded.
+	state, err := loadPushState(p)
 	if err != nil {
-		return EarlyStats{}, err
+		return EarlyStats{}, fmt.Errorf("send early: %w", err)
 	}
+	attempt := state.Attempt()
 	e := &early{u: New(p.Upload), state: state, partSize: partSize, stop: stop}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(earlyFiles)

@@ -171,8 +171,7 @@ func openPushState(opts pushJob) (*State, string, error) {
 	if opts.StateDir == "" {
 		return nil, NewAttempt(), nil
 	}
-	owner := stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)
-	state, err := OpenState(statePath(opts.StateDir, owner), owner, NewAttempt)
+	state, err := loadPushState(opts)
 	if err != nil {
 		return nil, "", fmt.Errorf("push step %d: %w", opts.Step, err)
 	}
@@ -180,6 +179,13 @@ func openPushState(opts pushJob) (*State, string, error) {
 		return nil, "", fmt.Errorf("push step %d: %w", opts.Step, err)
 	}
 	return state, state.Attempt(), nil
+}
+
+// loadPushState reads this push's resume state (or starts one in memory;
+// it is written by its first change).
+func loadPushState(opts pushJob) (*State, error) {
+	owner := stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)
+	return OpenState(statePath(opts.StateDir, owner), owner, NewAttempt)
 }
 
 // send plans the step's files (object keys of this attempt, ranks, what
