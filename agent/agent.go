@@ -243,15 +243,14 @@ func (a *Agent) uploadStateDir() string { return filepath.Join(a.opts.StateDir, 
 // new at every start. why is the log line saying so, warn whether it is a
 // warning.
 func (a *Agent) alreadyDoneLocked(s *detect.Step) (done bool, why string, warn bool) {
-	files := localFiles(*s)
 	if s.Counted {
-		if n, ok := a.journal.findContent(s.Root, files); ok {
+		if n, ok := a.journal.findContent(s.Root, localFiles(*s)); ok {
 			return true, fmt.Sprintf("not uploading %s: these files were committed before as step %d", s.ID, n), false
 		}
 		return false, "", false
 	}
 	if e, ok := a.journal.get(s.Number); ok {
-		if e.Root == s.Root && sameLocalFiles(e.Files, files) {
+		if e.Root == s.Root && sameLocalFiles(e.Files, localFiles(*s)) {
 			return true, "not uploading: step already committed by this agent", false
 		}
 		return true, "not uploading: step already committed to this destination, but its files on disk changed since; the bucket keeps the committed version", true

@@ -61,10 +61,10 @@ func (a *Agent) handle(ev detect.Event) {
 // unless it is counted (no number yet) or the agent already knows it:
 // complete, committed here or in the bucket.
 func (a *Agent) writingLocked(s detect.Step) {
-	if a.pipe == nil || s.Counted || a.steps[s.Number] != nil || a.remote[s.Number] {
+	if a.pipe == nil || s.Counted || a.steps[s.Number] != nil {
 		return
 	}
-	if _, done := a.journal.get(s.Number); done {
+	if done, _, _ := a.alreadyDoneLocked(&s); done {
 		return
 	}
 	a.pipe.writing(s)
