@@ -122,7 +122,7 @@ func (e *engine) blocked(c *Candidate) string {
 // inside the root), all lists sorted.
 func (e *engine) build(c *Candidate) Step {
 	s := c.Step
-	s.Files = append([]File(nil), s.Files...)
+	s.Files = e.tree.located(s.Files)
 	seen := map[string]bool{}
 	var links []Symlink
 	for _, l := range append(append([]Symlink(nil), s.Symlinks...), rootLinks(e.tree, &s)...) {
@@ -137,9 +137,6 @@ func (e *engine) build(c *Candidate) Step {
 	s.Symlinks = links
 	s.Generated = append([]Generated(nil), s.Generated...)
 	s.ID, s.Counted = c.id(), s.Number < 0
-	for i := range s.Files {
-		s.Files[i].LocalPath = e.tree.abs(s.Files[i].RelPath)
-	}
 	sortStep(&s)
 	return s
 }

@@ -124,9 +124,9 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		} else if !st.fp.equal(fp) || fp.touched(touched) {
 			st.fp, st.since = fp, now
 		}
-		st.due = time.Time{}
 		st.root, st.dirs = c.Step.Root, fileDirs(&c)
-		p, due := w.pendingState(&c, st, now)
+		p, due := w.pendingState(&c, st.since, now)
+		st.due = due
 		if p == nil {
 			ready = append(ready, c)
 			continue
@@ -154,26 +154,25 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	return events, next
 }
 
-// pendingState says why a candidate is not complete yet (nil when it is)
-// and when to look again (zero: at the next change), setting st.due.
-func (w *Watcher) pendingState(c *Candidate, st *stepState, now time.Time) (*Pending, time.Time) {
+// pendingState says why a candidate is not complete yet (nil when it is),
+// given when its files were first seen as they are, and when the settle
+// window that holds it ends (zero: it waits for a change).
+func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, time.Time) {
 	e := w.engine
 	if why := e.blocked(c); why != "" {
 		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
-		p := pendingOf(c, "waiting", why, st.since)
+		p := pendingOf(c, "waiting", why, since)
 		return &p, time.Time{}
 	}
 	if due, closed := w.closedAt(c); closed {
 		if !now.Before(due) {
 			return nil, time.Time{}
 		}
-		p := pendingOf(c, "settling", "its writers closed its files", st.since)
-		st.due = due
+		p := pendingOf(c, "settling", "its writers closed its files", since)
 		return &p, due
 	}
-	if due := st.since.Add(e.opts.Settle); now.Before(due) {
-		p := pendingOf(c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(st.since).Round(100*time.Millisecond), e.opts.Settle), st.since)
-		st.due = due
+	if due := since.Add(e.opts.Settle); now.Before(due) {
+		p := pendingOf(c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(since).Round(100*time.Millisecond), e.opts.Settle), since)
 		return &p, due
 	}
 	return nil, time.Time{}
@@ -183,10 +182,7 @@ func (w *Watcher) pendingState(c *Candidate, st *stepState, now time.Time) (*Pen
 // files as they are now, and st.step for a Deleted event should it vanish.
 func (w *Watcher) writingStep(c *Candidate) Step {
 	s := Step{Number: c.Step.Number, Counted: c.Step.Number < 0, ID: c.id(), Root: c.Step.Root,
-		Files: append([]File(nil), c.Step.Files...)}
-	for i := range s.Files {
-		s.Files[i].LocalPath = w.tree.abs(s.Files[i].RelPath)
-	}
+		Files: w.tree.located(c.Step.Files)}
 	w.states[c.id()].step = s
 	return s
 }

@@ -141,6 +141,15 @@ func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, maxSmallFile))
 }
 
+// located returns a copy of files with each one's LocalPath set.
+func (t *Tree) located(files []File) []File {
+	out := append([]File(nil), files...)
+	for i := range out {
+		out[i].LocalPath = t.abs(out[i].RelPath)
+	}
+	return out
+}
+
 func (t *Tree) abs(p string) string {
 	if p == "" {
 		return t.root
