@@ -96,29 +96,29 @@ func (p *pipeline) setBusy(b bool) {
 // completed stops sending parts of step n early without waiting: it is
 // complete, and the worker's order (--when-behind) decides when it goes.
 // The part in flight, if any, ends normally.
-func (p *pipeline) completed(n int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.growing, n)
-	delete(p.fresh, n)
-	if r := p.active[n]; r != nil {
-		r.stop.Store(true)
-	}
-}
+func (p *pipeline) completed(n int64) { p.drop(n) }
 
 // quiesce stops sending parts of step n early and waits for the sender in
 // flight, if any, to return.
 func (p *pipeline) quiesce(n int64) {
+	if r := p.drop(n); r != nil {
+		<-r.done
+	}
+}
+
+// drop forgets step n and tells its sender in flight, which it returns
+// (nil if none), to stop after its current part.
+func (p *pipeline) drop(n int64) *earlyRun {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	delete(p.growing, n)
 	delete(p.fresh, n)
 	delete(p.retryAt, n)
 	r := p.active[n]
-	p.mu.Unlock()
 	if r != nil {
 		r.stop.Store(true)
-		<-r.done
 	}
+	return r
 }
 
 // run starts senders until ctx is cancelled, then waits for them.
