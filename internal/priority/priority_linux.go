@@ -20,29 +20,55 @@ const (
 
 // Lower sets SCHED_IDLE (or nice 19 where that is refused) and best-effort
 // I/O level 7 on every thread of the process.
+//
+// A thread started while Lower runs inherits its creator's settings at that
+// moment: from a thread not yet lowered, or lowered half (CPU but not yet
+// I/O). Lower therefore lists the threads again after each pass and stops
+// only when a listing holds no thread it has not lowered: every thread
+// started after that listing is created by a fully lowered one.
 func Lower() (Applied, error) {
-	tids, err := threads("self")
-	if err != nil {
-		return Applied{}, err
-	}
 	a := Applied{CPU: "SCHED_IDLE", IOClass: ClassBestEffort, IOLevel: lowestLevel}
-	for _, tid := range tids {
-		cpu, err := lowerCPU(tid)
-		if errors.Is(err, unix.ESRCH) {
-			continue // the thread exited meanwhile
-		}
+	done := make(map[int]bool)
+	for {
+		tids, err := threads("self")
 		if err != nil {
-			return a, fmt.Errorf("lower the CPU priority of thread %d: %w", tid, err)
+			return a, err
 		}
-		if cpu != "SCHED_IDLE" {
-			a.CPU = cpu
+		fresh := 0
+		for _, tid := range tids {
+			if done[tid] {
+				continue
+			}
+			done[tid] = true
+			fresh++
+			if err := lowerThread(tid, &a); err != nil {
+				return a, err
+			}
 		}
-		if err := setIOPrio(tid, ClassBestEffort, lowestLevel); err != nil && !errors.Is(err, unix.ESRCH) {
-			return a, fmt.Errorf("lower the I/O priority of thread %d: %w", tid, err)
+		if fresh == 0 {
+			return a, nil
 		}
-		a.Threads++
 	}
-	return a, nil
+}
+
+// lowerThread lowers one thread's CPU and I/O priority; a thread that has
+// exited meanwhile is skipped.
+func lowerThread(tid int, a *Applied) error {
+	cpu, err := lowerCPU(tid)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("lower the CPU priority of thread %d: %w", tid, err)
+	}
+	if cpu != "SCHED_IDLE" {
+		a.CPU = cpu
+	}
+	if err := setIOPrio(tid, ClassBestEffort, lowestLevel); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("lower the I/O priority of thread %d: %w", tid, err)
+	}
+	a.Threads++
+	return nil
 }
 
 // lowerCPU moves thread tid to SCHED_IDLE, or to nice 19 if the kernel
