@@ -15,14 +15,14 @@ import (
 )
 
 // Restore benchmark data set, as pushed by uploader.Destination.Push at defaults:
-// three 64 MiB ranged GETs per file.
+// six 32 MiB ranged GETs per file.
 const (
 	benchFiles = 2
 	benchSize  = 192 << 20
 )
 
 // BenchmarkRestore is `ferry restore` of a small checkpoint at default
-// settings (16 ranged GETs of 64 MiB in flight) from a real versitygw on
+// settings (16 ranged GETs of 32 MiB in flight) from a real versitygw on
 // loopback into an empty directory: download, BLAKE3 of every byte read
 // back behind the download, fsync and rename. Run it with -cpuprofile to
 // see where a restore's client CPU goes (`make bench-go`).
