@@ -88,7 +88,7 @@ func (r *restorer) worker(ctx context.Context) {
 		default:
 			t.chunkEnded(i, w.h.Node())
 		}
-		t.active.Done()
+		r.queue.finish(t)
 	}
 }
 

@@ -5,10 +5,18 @@ import (
 	"sync"
 )
 
-// queue hands chunks to workers, always from the queued file with the
-// lowest sequence number, so files finish in plan order and few temp files
-// are partly written at any time, while all ranges of all files share one
-// pool of workers.
+// maxWriters is how many chunks of one file are fetched at once while other
+// files have chunks waiting. Buffered writes to one file serialise on its
+// inode lock: with 16 workers on the two files whose 32 MiB chunks came
+// first, 5% of the client's samples were spent spinning on that lock.
+const maxWriters = 4
+
+// queue hands chunks to workers from the queued file with the lowest
+// sequence number that has fewer than maxWriters chunks in flight, so files
+// finish in about plan order and few temp files are partly written at any
+// time, while all ranges of all files share one pool of workers. When every
+// queued file has maxWriters chunks in flight, the lowest one gets another:
+// a worker never idles while there is a chunk to fetch.
 type queue struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -31,7 +39,8 @@ func (q *queue) push(t *transfer) {
 	}
 }
 
-// pop waits for a chunk and reports false once the queue is closed.
+// pop waits for a chunk and reports false once the queue is closed. The
+// worker calls finish when the chunk is over.
 func (q *queue) pop() (*transfer, int, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -42,13 +51,28 @@ func (q *queue) pop() (*transfer, int, bool) {
 		return nil, 0, false
 	}
 	t := q.h[0]
+	// The heap holds at most the files open at once (2 x Concurrency).
+	for _, c := range q.h {
+		if c.writers < maxWriters && (t.writers >= maxWriters || c.seq < t.seq) {
+			t = c
+		}
+	}
 	i := t.next
 	t.next++
 	if t.next == t.chunks {
-		heap.Pop(&q.h)
+		heap.Remove(&q.h, t.hindex)
 	}
+	t.writers++
 	t.active.Add(1)
 	return t, i, true
+}
+
+// finish records that a worker is done with a chunk of t.
+func (q *queue) finish(t *transfer) {
+	q.mu.Lock()
+	t.writers--
+	q.mu.Unlock()
+	t.active.Done()
 }
 
 // drop withdraws a transfer's remaining chunks and waits for the ones
