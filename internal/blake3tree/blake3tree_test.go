@@ -61,6 +61,19 @@ func TestMatchesSequentialBLAKE3(t *testing.T) {
 		3 << 20, len(data)}
 	ranges := []int64{1024, 4096, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}
 	writes := []int{1, 1000, 16 << 10, 1 << 20}
+	kernels := []bool{false}
+	if haveHash8 {
+		kernels = append(kernels, true) // the AVX2 kernel and the fallback
+	}
+	defer func(h bool) { haveHash8 = h }(haveHash8)
+	for _, k := range kernels {
+		haveHash8 = k
+		matchSizes(t, data, sizes, ranges, writes)
+	}
+}
+
+func matchSizes(t *testing.T, data []byte, sizes []int, ranges []int64, writes []int) {
+	t.Helper()
 	for _, size := range sizes {
 		want := reference(data[:size])
 		for _, rs := range ranges {
@@ -69,7 +82,7 @@ func TestMatchesSequentialBLAKE3(t *testing.T) {
 					continue // byte-at-a-time is slow and adds nothing there
 				}
 				if got := sumRanges(t, data[:size], rs, w); got != want {
-					t.Fatalf("size %d, range %d, writes of %d: got %s, want %s", size, rs, w, got, want)
+					t.Fatalf("AVX2 kernel %v, size %d, range %d, writes of %d: got %s, want %s", haveHash8, size, rs, w, got, want)
 				}
 			}
 		}
