@@ -44,13 +44,15 @@ const (
 // pageCacheWrite is the largest write through the page cache. The
 // filesystem sizes the page-cache folio it allocates by the write (ext4 and
 // xfs use large folios), and on this project's VMs, whose balloon reports
-// free 2 MiB blocks to the host, copying into large freshly allocated
-// folios was several times slower: restoring 8 x 256 MiB with a cold cache
-// took 3.1-4.0 s with 1 MiB writes and 2.0-2.3 s with 64 KiB writes
-// (32 KiB and 128 KiB alike), runs alternated, the kernel's copy into the
-// page cache falling from 65% of the client's samples to 33%. The larger
-// reads from the socket and the hashing are unchanged.
-const pageCacheWrite = 64 << 10
+// free 2 MiB blocks to the host, the system time of a restore swings with
+// the write size: 8 x 256 MiB restored with a cold cache took 3.1-4.0 s
+// with 1 MiB writes, 65% of the client's samples in the kernel's copy into
+// the page cache. On a busier day of the same VM, rotated order, 16 runs
+// each: 32 KiB writes 1.6-2.2 s of system time in every run, 64 KiB
+// 1.5-10.4 s and 16 KiB 4.5-13.8 s (more writes, more contention on the
+// inode lock). 32 KiB is also what s5cmd's copies write. The larger reads
+// from the socket and the hashing are unchanged.
+const pageCacheWrite = 32 << 10
 
 // Direct I/O: the alignment assumed where the kernel does not report one
 // (statx STATX_DIOALIGN, Linux 6.1+), and the alignment of every worker's
