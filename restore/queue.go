@@ -19,7 +19,8 @@ const maxWriters = 4
 // a worker never idles while there is a chunk to fetch.
 type queue struct {
 	mu     sync.Mutex
-	cond   *sync.Cond
+	cond   *sync.Cond // a chunk was queued or the queue closed
+	idle   *sync.Cond // a transfer's last chunk in flight finished
 	h      transferHeap
 	closed bool
 }
@@ -27,6 +28,7 @@ type queue struct {
 func newQueue() *queue {
 	q := &queue{}
 	q.cond = sync.NewCond(&q.mu)
+	q.idle = sync.NewCond(&q.mu)
 	return q
 }
 
@@ -63,27 +65,29 @@ func (q *queue) pop() (*transfer, int, bool) {
 		heap.Remove(&q.h, t.hindex)
 	}
 	t.writers++
-	t.active.Add(1)
 	return t, i, true
 }
 
 // finish records that a worker is done with a chunk of t.
 func (q *queue) finish(t *transfer) {
 	q.mu.Lock()
-	t.writers--
-	q.mu.Unlock()
-	t.active.Done()
+	defer q.mu.Unlock()
+	if t.writers--; t.writers == 0 {
+		q.idle.Broadcast()
+	}
 }
 
 // drop withdraws a transfer's remaining chunks and waits for the ones
 // workers hold, after which nobody writes to its file any more.
 func (q *queue) drop(t *transfer) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if t.hindex >= 0 {
 		heap.Remove(&q.h, t.hindex)
 	}
-	q.mu.Unlock()
-	t.active.Wait()
+	for t.writers > 0 {
+		q.idle.Wait()
+	}
 }
 
 func (q *queue) close() {

@@ -2,6 +2,7 @@ package restore
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -52,5 +53,35 @@ func TestQueueSpreadsWritersOverFiles(t *testing.T) {
 	q.close()
 	if _, _, ok := q.pop(); ok {
 		t.Fatal("pop after close handed out a chunk")
+	}
+}
+
+// drop withdraws a file's waiting chunks and returns only once every chunk
+// a worker holds has finished: after it nobody writes to the file.
+func TestQueueDropWaitsForWorkers(t *testing.T) {
+	q := newQueue()
+	tr := newTransfer(&fileJob{file: manifest.File{Path: "f", Size: 4 * 1024}}, 0, nil, 1024, 0)
+	q.push(tr)
+	for range 2 {
+		if _, _, ok := q.pop(); !ok {
+			t.Fatal("queue closed")
+		}
+	}
+	dropped := make(chan struct{})
+	go func() { q.drop(tr); close(dropped) }()
+	q.finish(tr)
+	select {
+	case <-dropped:
+		t.Fatal("drop returned while a worker still held a chunk")
+	case <-time.After(50 * time.Millisecond):
+	}
+	q.finish(tr)
+	select {
+	case <-dropped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("drop did not return after the last chunk finished")
+	}
+	if len(q.h) != 0 {
+		t.Fatalf("%d files still queued after drop; the dropped file's 2 waiting chunks must be withdrawn", len(q.h))
 	}
 }

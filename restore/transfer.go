@@ -24,10 +24,9 @@ type transfer struct {
 	align int64
 
 	// Owned by the queue's lock.
-	next    int            // next chunk to hand out
-	writers int            // chunks handed out and not yet finished
-	hindex  int            // position in the heap, -1 when not queued
-	active  sync.WaitGroup // chunks handed out and not yet finished
+	next    int // next chunk to hand out
+	writers int // chunks handed out and not yet finished
+	hindex  int // position in the heap, -1 when not queued
 
 	mu      sync.Mutex
 	nodes   []blake3tree.Node // per chunk, set when its GET has ended
