@@ -41,6 +41,16 @@ type interfCase struct {
 	// start to the step's manifest (zero without an agent).
 	UploadMiBps    float64 `json:"upload_mibps,omitempty"`
 	TimeToDurableS float64 `json:"time_to_durable_s,omitempty"`
+	// The agent's own use of the node while the trainer ran: CPU seconds
+	// (all its threads) and bytes it made the disk read or write
+	// (/proc/PID/stat and io); zero without both.
+	AgentCPUS     float64 `json:"agent_cpu_s_in_window,omitempty"`
+	AgentDiskRead float64 `json:"agent_disk_read_mib_in_window,omitempty"`
+	AgentDiskWrit float64 `json:"agent_disk_write_mib_in_window,omitempty"`
+	// Lowest and highest over the rounds of this case's rates over the
+	// same round's baseline: how far one round can stray.
+	ComputeVsBaselineRange [2]float64 `json:"compute_vs_baseline_range,omitzero"`
+	WriteVsBaselineRange   [2]float64 `json:"write_vs_baseline_range,omitzero"`
 }
 
 // interfCases are the arrangements measured, the baseline first.
@@ -50,11 +60,17 @@ var interfCases = [...]struct {
 	agentPrio string
 }{
 	{"trainer alone (baseline)", true, ""},
+	{noiseControl, true, ""},
 	{"trainer + agent at defaults", true, "low"},
 	{"trainer + agent, --priority normal", true, "normal"},
 	{"agent alone (trainer idle)", false, "low"},
 	{"agent alone, --priority normal", false, "normal"},
 }
+
+// noiseControl is the trainer alone measured a second time each round, as
+// if it were a case with an agent: its ratios to the baseline are what the
+// machine's noise alone produces, the yardstick for the others'.
+const noiseControl = "trainer alone again (noise control)"
 
 // medianCase is the median of each measure over runs of one case.
 func medianCase(runs []interfCase) interfCase {
@@ -70,7 +86,27 @@ func medianCase(runs []interfCase) interfCase {
 		WriteMiBps:     pick(func(c interfCase) float64 { return c.WriteMiBps }),
 		UploadMiBps:    pick(func(c interfCase) float64 { return c.UploadMiBps }),
 		TimeToDurableS: pick(func(c interfCase) float64 { return c.TimeToDurableS }),
+		AgentCPUS:      pick(func(c interfCase) float64 { return c.AgentCPUS }),
+		AgentDiskRead:  pick(func(c interfCase) float64 { return c.AgentDiskRead }),
+		AgentDiskWrit:  pick(func(c interfCase) float64 { return c.AgentDiskWrit }),
 	}
+}
+
+// pairedRange is the lowest and highest over rounds of f(runs[r]) over
+// f(base[r]), the same round's baseline.
+func pairedRange(runs, base []interfCase, f func(interfCase) float64) [2]float64 {
+	out := [2]float64{}
+	for r := range min(len(runs), len(base)) {
+		if f(base[r]) <= 0 {
+			continue
+		}
+		v := f(runs[r]) / f(base[r])
+		if out[0] == 0 || v < out[0] {
+			out[0] = v
+		}
+		out[1] = max(out[1], v)
+	}
+	return out
 }
 
 // interferencePhase runs the cases: trainer alone (the baseline), trainer
@@ -127,16 +163,19 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("interference %s: %w", c.name, err)
 			}
-			log.Printf("interference: round %d %-36s compute %s/s  write %s MiB/s  upload %s MiB/s  time-to-durable %s s", r+1,
-				c.name, numOrDash(res.ComputeRate), numOrDash(res.WriteMiBps), numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS))
+			log.Printf("interference: round %d %-36s compute %s/s  write %s MiB/s  upload %s MiB/s  time-to-durable %s s  agent in window %.2f s CPU, %.0f/%.0f MiB disk read/write", r+1,
+				c.name, numOrDash(res.ComputeRate), numOrDash(res.WriteMiBps), numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS),
+				res.AgentCPUS, res.AgentDiskRead, res.AgentDiskWrit)
 			runs[i] = append(runs[i], res)
 		}
 	}
 	base := medianCase(runs[0])
 	for i, c := range interfCases {
 		res := medianCase(runs[i])
-		if c.trainer && base.ComputeRate > 0 {
+		if c.trainer && i > 0 && base.ComputeRate > 0 {
 			res.ComputeVsBaseline, res.WriteVsBaseline = res.ComputeRate/base.ComputeRate, res.WriteMiBps/base.WriteMiBps
+			res.ComputeVsBaselineRange = pairedRange(runs[i], runs[0], func(c interfCase) float64 { return c.ComputeRate })
+			res.WriteVsBaselineRange = pairedRange(runs[i], runs[0], func(c interfCase) float64 { return c.WriteMiBps })
 		}
 		b.rep.Interference = append(b.rep.Interference, res)
 	}
@@ -230,11 +269,21 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 		time.Sleep(agentStartWait)
 	}
 	if trainer {
+		var before procUse
+		if agent != nil {
+			before = readProcUse(agent.Process.Pid)
+		}
 		t, err := b.runTrainer(ctx, filepath.Join(root, "trainer"), cpus)
 		if err != nil {
 			return res, err
 		}
 		res.ComputeRate, res.WriteMiBps = t.ComputePerS, t.WriteMiBps
+		if agent != nil {
+			after := readProcUse(agent.Process.Pid)
+			res.AgentCPUS = after.cpuS - before.cpuS
+			res.AgentDiskRead = float64(after.readBytes-before.readBytes) / (1 << 20)
+			res.AgentDiskWrit = float64(after.writeBytes-before.writeBytes) / (1 << 20)
+		}
 	}
 	if agent != nil {
 		ttd, err := b.waitManifest(ctx, prefix, interfStep, start)
