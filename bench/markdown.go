@@ -224,8 +224,8 @@ func (r *report) interferenceTable(p func(string, ...any)) {
 		"the agent, on the same cores, uploads the previous step (%d x %s); the server stores in memory (a remote store's disk is not the node's) and runs in %s. "+
 		"Compute and write rates are the trainer's, relative to the trainer alone; time-to-durable runs from the agent's start to the step's manifest.\n\n",
 		interfWindow, fmtSize(interfNextBytes), interfRanks, fmtSize(interfRankSize), r.InterferenceNet)
-	p("Each ratio is of medians over the rounds, with in brackets the lowest and highest of a round's case over the same round's baseline; "+
-		"the noise control is the trainer alone measured again, so its spread is what this machine's noise alone does. "+
+	p("Each ratio is of medians over the rounds, with in brackets the lowest and highest of a round's case over the same round's baseline; " +
+		"the noise control is the trainer alone measured again, so its spread is what this machine's noise alone does. " +
 		"The agent's CPU and disk use are its own while the trainer ran (medians).\n\n")
 	p("| case | trainer compute | trainer checkpoint write | agent CPU s / disk read, write MiB while the trainer ran | agent upload MiB/s | time-to-durable s |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.Interference {
