@@ -44,7 +44,11 @@ type interfCase struct {
 	// The agent's own use of the node while the trainer ran: CPU seconds
 	// (all its threads) and bytes it made the disk read or write
 	// (/proc/PID/stat and io); zero without both.
-	AgentCPUS     float64 `json:"agent_cpu_s_in_window,omitempty"`
+	AgentCPUS float64 `json:"agent_cpu_s_in_window,omitempty"`
+	// StealPct is the share of the trainer's cores' time the hypervisor
+	// gave to others while the trainer ran (/proc/stat steal): the host's
+	// noise, which no case controls.
+	StealPct      float64 `json:"steal_pct,omitempty"`
 	AgentDiskRead float64 `json:"agent_disk_read_mib_in_window,omitempty"`
 	AgentDiskWrit float64 `json:"agent_disk_write_mib_in_window,omitempty"`
 	// Lowest and highest over the rounds of this case's rates over the
@@ -87,6 +91,7 @@ func medianCase(runs []interfCase) interfCase {
 		UploadMiBps:    pick(func(c interfCase) float64 { return c.UploadMiBps }),
 		TimeToDurableS: pick(func(c interfCase) float64 { return c.TimeToDurableS }),
 		AgentCPUS:      pick(func(c interfCase) float64 { return c.AgentCPUS }),
+		StealPct:       pick(func(c interfCase) float64 { return c.StealPct }),
 		AgentDiskRead:  pick(func(c interfCase) float64 { return c.AgentDiskRead }),
 		AgentDiskWrit:  pick(func(c interfCase) float64 { return c.AgentDiskWrit }),
 	}
@@ -150,24 +155,9 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 	} else {
 		log.Printf("interference: no idle spinner on the server's core: %v", err)
 	}
-	// Rounds of every case in turn; each case's median (of its rates and
-	// times) is reported, and ratios to the baseline's median.
-	var runs [len(interfCases)][]interfCase
-	for r := 0; r < max(b.cfg.rounds, 1); r++ {
-		// The order rotates each round, so no case always runs first
-		// (on a cold machine) or after the same one.
-		for k := range interfCases {
-			i := (k + r) % len(interfCases)
-			c := interfCases[i]
-			res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio, i)
-			if err != nil {
-				return fmt.Errorf("interference %s: %w", c.name, err)
-			}
-			log.Printf("interference: round %d %-36s compute %s/s  write %s MiB/s  upload %s MiB/s  time-to-durable %s s  agent in window %.2f s CPU, %.0f/%.0f MiB disk read/write", r+1,
-				c.name, numOrDash(res.ComputeRate), numOrDash(res.WriteMiBps), numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS),
-				res.AgentCPUS, res.AgentDiskRead, res.AgentDiskWrit)
-			runs[i] = append(runs[i], res)
-		}
+	runs, err := b.interfRounds(ctx, trainerCPUs)
+	if err != nil {
+		return err
 	}
 	base := medianCase(runs[0])
 	for i, c := range interfCases {
@@ -180,6 +170,60 @@ func (b *bench) interferencePhase(ctx context.Context) error {
 		b.rep.Interference = append(b.rep.Interference, res)
 	}
 	return nil
+}
+
+// interfOrder is a Williams square over the four trainer cases (the first
+// four of interfCases): over four rounds each runs once in every position
+// and follows each of the others exactly once. What ran just before moves
+// the trainer's rates by more than the targets' margins on this VM (a
+// trainer case after one without a trainer wrote up to 1.7x faster), and a
+// rotation of one fixed order put the baseline after the same case every
+// round, never after a trainer case.
+var interfOrder = [4][4]int{{0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}}
+
+// interfRounds runs the cases and returns each one's runs: an uncounted
+// trainer case first, so the first counted one also follows a trainer,
+// then rounds of the trainer cases in interfOrder, then the agent-only
+// cases, alternating.
+func (b *bench) interfRounds(ctx context.Context, trainerCPUs string) ([len(interfCases)][]interfCase, error) {
+	var runs [len(interfCases)][]interfCase
+	run := func(round, i int) error {
+		c := interfCases[i]
+		res, err := b.interfRun(ctx, c.name, trainerCPUs, c.trainer, c.agentPrio, i)
+		if err != nil {
+			return fmt.Errorf("interference %s: %w", c.name, err)
+		}
+		log.Printf("interference: round %d %-36s compute %s/s  write %s MiB/s  steal %.1f%%  upload %s MiB/s  time-to-durable %s s  agent in window %.2f s CPU, %.0f/%.0f MiB disk read/write",
+			round, c.name, numOrDash(res.ComputeRate), numOrDash(res.WriteMiBps), res.StealPct, numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS),
+			res.AgentCPUS, res.AgentDiskRead, res.AgentDiskWrit)
+		if round > 0 {
+			runs[i] = append(runs[i], res)
+		}
+		return nil
+	}
+	if err := run(0, 0); err != nil { // warm-up, not counted
+		return runs, err
+	}
+	rounds := max(b.cfg.rounds, 1)
+	for r := range rounds {
+		for _, i := range interfOrder[r%len(interfOrder)] {
+			if err := run(r+1, i); err != nil {
+				return runs, err
+			}
+		}
+	}
+	for r := range rounds {
+		for k := len(interfOrder); k < len(interfCases); k++ {
+			i := k
+			if r%2 == 1 { // alternate which agent-only case goes first
+				i = len(interfCases) - 1 - (k - len(interfOrder))
+			}
+			if err := run(r+1, i); err != nil {
+				return runs, err
+			}
+		}
+	}
+	return runs, nil
 }
 
 // interferenceServer starts the phase's server on core cpu: in a network
@@ -273,11 +317,13 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 		if agent != nil {
 			before = readProcUse(agent.Process.Pid)
 		}
+		cpu0 := readCPUTimes(trainerCPUCount(cpus))
 		t, err := b.runTrainer(ctx, filepath.Join(root, "trainer"), cpus)
 		if err != nil {
 			return res, err
 		}
 		res.ComputeRate, res.WriteMiBps = t.ComputePerS, t.WriteMiBps
+		res.StealPct = readCPUTimes(trainerCPUCount(cpus)).stealPctSince(cpu0)
 		if agent != nil {
 			after := readProcUse(agent.Process.Pid)
 			res.AgentCPUS = after.cpuS - before.cpuS

@@ -226,15 +226,19 @@ func (r *report) interferenceTable(p func(string, ...any)) {
 		interfWindow, fmtSize(interfNextBytes), interfRanks, fmtSize(interfRankSize), r.InterferenceNet)
 	p("Each ratio is of medians over the rounds, with in brackets the lowest and highest of a round's case over the same round's baseline; " +
 		"the noise control is the trainer alone measured again, so its spread is what this machine's noise alone does. " +
-		"The agent's CPU and disk use are its own while the trainer ran (medians).\n\n")
-	p("| case | trainer compute | trainer checkpoint write | agent CPU s / disk read, write MiB while the trainer ran | agent upload MiB/s | time-to-durable s |\n|---|---:|---:|---:|---:|---:|\n")
+		"The agent's CPU and disk use are its own while the trainer ran, steal the share of the trainer's cores the hypervisor gave to other guests meanwhile (medians).\n\n")
+	p("| case | trainer compute | trainer checkpoint write | steal | agent CPU s / disk read, write MiB while the trainer ran | agent upload MiB/s | time-to-durable s |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.Interference {
 		use := "-"
 		if c.AgentCPUS > 0 || c.AgentDiskRead > 0 || c.AgentDiskWrit > 0 {
 			use = fmt.Sprintf("%.2f / %.0f, %.0f", c.AgentCPUS, c.AgentDiskRead, c.AgentDiskWrit)
 		}
-		p("| %s | %s | %s | %s | %s | %s |\n", c.Name, relOrDash(c.ComputeVsBaseline, c.ComputeRate)+rangeOrEmpty(c.ComputeVsBaselineRange),
-			relOrDash(c.WriteVsBaseline, c.WriteMiBps)+rangeOrEmpty(c.WriteVsBaselineRange), use,
+		steal := "-"
+		if c.ComputeRate > 0 {
+			steal = fmt.Sprintf("%.1f%%", c.StealPct)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, relOrDash(c.ComputeVsBaseline, c.ComputeRate)+rangeOrEmpty(c.ComputeVsBaselineRange),
+			relOrDash(c.WriteVsBaseline, c.WriteMiBps)+rangeOrEmpty(c.WriteVsBaselineRange), steal, use,
 			numOrDash(c.UploadMiBps), numOrDash(c.TimeToDurableS))
 	}
 	p("\n")
