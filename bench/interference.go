@@ -57,7 +57,8 @@ type interfCase struct {
 	WriteVsBaselineRange   [2]float64 `json:"write_vs_baseline_range,omitzero"`
 }
 
-// interfCases are the arrangements measured, the baseline first.
+// interfCases are the arrangements measured: the baseline first, the four
+// cases with a trainer before those without (interfOrder numbers them).
 var interfCases = [...]struct {
 	name      string
 	trainer   bool
@@ -204,7 +205,12 @@ func (b *bench) interfRounds(ctx context.Context, trainerCPUs string) ([len(inte
 	if err := run(0, 0); err != nil { // warm-up, not counted
 		return runs, err
 	}
+	// Whole squares: -rounds 3 (the default) runs 4, -rounds 5 runs 8; a
+	// smoke run (-quick, one round) stays one row.
 	rounds := max(b.cfg.rounds, 1)
+	if rounds > 1 {
+		rounds = (rounds + len(interfOrder) - 1) / len(interfOrder) * len(interfOrder)
+	}
 	for r := range rounds {
 		for _, i := range interfOrder[r%len(interfOrder)] {
 			if err := run(r+1, i); err != nil {
