@@ -25,14 +25,23 @@ func TestDropOthersKeepsWhatWasCached(t *testing.T) {
 	}
 	defer f.Close()
 	// Written data is dirty; write it back, then drop it all, then cache
-	// the first half by reading it.
+	// the first half by reading it without readahead: a readahead still
+	// in flight when Snapshot looks (1 run in 11 here, ext4 with large
+	// folios) is recorded as a hole that its folio then fills, and a folio
+	// partly cached before is, rightly, not dropped.
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Fadvise(int(f.Fd()), 0, size, unix.FADV_DONTNEED); err != nil {
 		t.Fatal(err)
 	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := io.CopyN(io.Discard, f, size/2); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_NORMAL); err != nil { // the upload reads with readahead
 		t.Fatal(err)
 	}
 	before, total, err := Cached(f, size)
