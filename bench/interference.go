@@ -44,13 +44,13 @@ type interfCase struct {
 	// The agent's own use of the node while the trainer ran: CPU seconds
 	// (all its threads) and bytes it made the disk read or write
 	// (/proc/PID/stat and io); zero without both.
-	AgentCPUS float64 `json:"agent_cpu_s_in_window,omitempty"`
+	AgentCPUS      float64 `json:"agent_cpu_s_in_window,omitempty"`
+	AgentDiskRead  float64 `json:"agent_disk_read_mib_in_window,omitempty"`
+	AgentDiskWrite float64 `json:"agent_disk_write_mib_in_window,omitempty"`
 	// StealPct is the share of the trainer's cores' time the hypervisor
 	// gave to others while the trainer ran (/proc/stat steal): the host's
 	// noise, which no case controls.
-	StealPct      float64 `json:"steal_pct,omitempty"`
-	AgentDiskRead float64 `json:"agent_disk_read_mib_in_window,omitempty"`
-	AgentDiskWrit float64 `json:"agent_disk_write_mib_in_window,omitempty"`
+	StealPct float64 `json:"steal_pct,omitempty"`
 	// Lowest and highest over the rounds of this case's rates over the
 	// same round's baseline: how far one round can stray.
 	ComputeVsBaselineRange [2]float64 `json:"compute_vs_baseline_range,omitzero"`
@@ -94,7 +94,7 @@ func medianCase(runs []interfCase) interfCase {
 		AgentCPUS:      pick(func(c interfCase) float64 { return c.AgentCPUS }),
 		StealPct:       pick(func(c interfCase) float64 { return c.StealPct }),
 		AgentDiskRead:  pick(func(c interfCase) float64 { return c.AgentDiskRead }),
-		AgentDiskWrit:  pick(func(c interfCase) float64 { return c.AgentDiskWrit }),
+		AgentDiskWrite: pick(func(c interfCase) float64 { return c.AgentDiskWrite }),
 	}
 }
 
@@ -196,7 +196,7 @@ func (b *bench) interfRounds(ctx context.Context, trainerCPUs string) ([len(inte
 		}
 		log.Printf("interference: round %d %-36s compute %s/s  write %s MiB/s  steal %.1f%%  upload %s MiB/s  time-to-durable %s s  agent in window %.2f s CPU, %.0f/%.0f MiB disk read/write",
 			round, c.name, numOrDash(res.ComputeRate), numOrDash(res.WriteMiBps), res.StealPct, numOrDash(res.UploadMiBps), numOrDash(res.TimeToDurableS),
-			res.AgentCPUS, res.AgentDiskRead, res.AgentDiskWrit)
+			res.AgentCPUS, res.AgentDiskRead, res.AgentDiskWrite)
 		if round > 0 {
 			runs[i] = append(runs[i], res)
 		}
@@ -334,7 +334,7 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 			after := readProcUse(agent.Process.Pid)
 			res.AgentCPUS = after.cpuS - before.cpuS
 			res.AgentDiskRead = float64(after.readBytes-before.readBytes) / (1 << 20)
-			res.AgentDiskWrit = float64(after.writeBytes-before.writeBytes) / (1 << 20)
+			res.AgentDiskWrite = float64(after.writeBytes-before.writeBytes) / (1 << 20)
 		}
 	}
 	if agent != nil {

@@ -230,8 +230,8 @@ func (r *report) interferenceTable(p func(string, ...any)) {
 	p("| case | trainer compute | trainer checkpoint write | steal | agent CPU s / disk read, write MiB while the trainer ran | agent upload MiB/s | time-to-durable s |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.Interference {
 		use := "-"
-		if c.AgentCPUS > 0 || c.AgentDiskRead > 0 || c.AgentDiskWrit > 0 {
-			use = fmt.Sprintf("%.2f / %.0f, %.0f", c.AgentCPUS, c.AgentDiskRead, c.AgentDiskWrit)
+		if c.AgentCPUS > 0 || c.AgentDiskRead > 0 || c.AgentDiskWrite > 0 {
+			use = fmt.Sprintf("%.2f / %.0f, %.0f", c.AgentCPUS, c.AgentDiskRead, c.AgentDiskWrite)
 		}
 		steal := "-"
 		if c.ComputeRate > 0 {
