@@ -319,22 +319,8 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 		time.Sleep(agentStartWait)
 	}
 	if trainer {
-		var before procUse
-		if agent != nil {
-			before = readProcUse(agent.Process.Pid)
-		}
-		cpu0 := readCPUTimes(trainerCPUCount(cpus))
-		t, err := b.runTrainer(ctx, filepath.Join(root, "trainer"), cpus)
-		if err != nil {
+		if err := b.trainBeside(ctx, &res, filepath.Join(root, "trainer"), cpus, agent); err != nil {
 			return res, err
-		}
-		res.ComputeRate, res.WriteMiBps = t.ComputePerS, t.WriteMiBps
-		res.StealPct = readCPUTimes(trainerCPUCount(cpus)).stealPctSince(cpu0)
-		if agent != nil {
-			after := readProcUse(agent.Process.Pid)
-			res.AgentCPUS = after.cpuS - before.cpuS
-			res.AgentDiskRead = float64(after.readBytes-before.readBytes) / (1 << 20)
-			res.AgentDiskWrite = float64(after.writeBytes-before.writeBytes) / (1 << 20)
 		}
 	}
 	if agent != nil {
@@ -346,6 +332,30 @@ func (b *bench) interfRun(ctx context.Context, name, cpus string, trainer bool, 
 		res.UploadMiBps = float64(interfRanks*interfRankSize) / (1 << 20) / ttd.Seconds()
 	}
 	return res, nil
+}
+
+// trainBeside runs the trainer on cpus, writing in dir, and records its
+// rates and the steal on its cores in res; with an agent beside it, also
+// what the agent used meanwhile.
+func (b *bench) trainBeside(ctx context.Context, res *interfCase, dir, cpus string, agent *exec.Cmd) error {
+	var before procUse
+	if agent != nil {
+		before = readProcUse(agent.Process.Pid)
+	}
+	cpu0 := readCPUTimes(trainerCPUCount(cpus))
+	t, err := b.runTrainer(ctx, dir, cpus)
+	if err != nil {
+		return err
+	}
+	res.ComputeRate, res.WriteMiBps = t.ComputePerS, t.WriteMiBps
+	res.StealPct = readCPUTimes(trainerCPUCount(cpus)).stealPctSince(cpu0)
+	if agent != nil {
+		after := readProcUse(agent.Process.Pid)
+		res.AgentCPUS = after.cpuS - before.cpuS
+		res.AgentDiskRead = float64(after.readBytes-before.readBytes) / (1 << 20)
+		res.AgentDiskWrite = float64(after.writeBytes-before.writeBytes) / (1 << 20)
+	}
+	return nil
 }
 
 // waitManifest waits for the manifest of step under prefix on the server
