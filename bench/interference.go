@@ -342,13 +342,14 @@ func (b *bench) trainBeside(ctx context.Context, res *interfCase, dir, cpus stri
 	if agent != nil {
 		before = readProcUse(agent.Process.Pid)
 	}
-	cpu0 := readCPUTimes(trainerCPUCount(cpus))
+	ncpu := trainerCPUCount(cpus)
+	cpu0 := readCPUTimes(ncpu)
 	t, err := b.runTrainer(ctx, dir, cpus)
 	if err != nil {
 		return err
 	}
 	res.ComputeRate, res.WriteMiBps = t.ComputePerS, t.WriteMiBps
-	res.StealPct = readCPUTimes(trainerCPUCount(cpus)).stealPctSince(cpu0)
+	res.StealPct = readCPUTimes(ncpu).stealPctSince(cpu0)
 	if agent != nil {
 		after := readProcUse(agent.Process.Pid)
 		res.AgentCPUS = after.cpuS - before.cpuS

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,26 +15,10 @@ type procUse struct {
 	readBytes, writeBytes int64
 }
 
-// userHZ is the unit of /proc/PID/stat's times: USER_HZ, 100 on Linux's
-// user ABI whatever the kernel's tick.
-const userHZ = 100
-
-// readProcUse reads pid's use from /proc; what it cannot read stays zero
-// (the caller subtracts two readings, so a process that exited reads as
-// having used nothing more).
+// readProcUse reads pid's use from /proc (CPU through procCPU); what it
+// cannot read, a process that has exited included, reads as zero.
 func readProcUse(pid int) procUse {
-	var u procUse
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// The command name may hold spaces; the fields after it do not.
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
-			f := strings.Fields(string(stat[i+1:]))
-			if len(f) > 12 { // utime and stime are fields 14 and 15
-				ut, _ := strconv.ParseFloat(f[11], 64)
-				st, _ := strconv.ParseFloat(f[12], 64)
-				u.cpuS = (ut + st) / userHZ
-			}
-		}
-	}
+	u := procUse{cpuS: procCPU(pid)}
 	if io, err := os.Open(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
 		defer io.Close()
 		sc := bufio.NewScanner(io)
@@ -53,7 +36,7 @@ func readProcUse(pid int) procUse {
 	return u
 }
 
-// cpuTimes sums /proc/stat's counters over some CPUs, in USER_HZ ticks.
+// cpuTimes sums /proc/stat's counters over some CPUs, in clock ticks.
 type cpuTimes struct{ total, steal float64 }
 
 // trainerCPUCount is how many CPUs a "0-K" list names (K+1); 1 for a

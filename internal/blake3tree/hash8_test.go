@@ -50,6 +50,9 @@ func TestGroupCV(t *testing.T) {
 }
 
 func BenchmarkGroupHash8(b *testing.B) {
+	if !haveHash8 {
+		b.Skip("no AVX2")
+	}
 	var buf [groupSize]byte
 	var g groupHasher
 	b.SetBytes(groupSize)
