@@ -178,3 +178,33 @@ func idOf(fi os.FileInfo) (fileID, bool) {
 	}
 	return fileID{dev: st.Dev, ino: st.Ino}, true
 }
+
+// openForWriting reports whether any process holds the file at abs open
+// for writing, as the kernel sees it: a read lease (fcntl F_SETLEASE,
+// F_RDLCK) is granted only on a file no descriptor has open for writing,
+// and is released at once. A close-write event alone proves nothing: a
+// second descriptor (a parallel writer, a plain touch) closes while the
+// real writer still writes. Where the kernel refuses a lease (another
+// user's file without CAP_LEASE, a filesystem without leases) the answer
+// is unknown, reported as open with the error, and the settle window
+// decides.
+//
+// While the lease is held (microseconds), a writer's open(2) waits for its
+// release; one with O_NONBLOCK gets EWOULDBLOCK, which no trainer's
+// checkpoint writer uses.
+func openForWriting(abs string) (bool, error) {
+	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return true, err
+	}
+	defer unix.Close(fd)
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK)
+	switch {
+	case err == nil:
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+		return false, nil
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EBUSY):
+		return true, nil
+	}
+	return true, fmt.Errorf("read lease on %s: %w", abs, err)
+}

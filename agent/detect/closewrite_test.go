@@ -9,53 +9,116 @@ import (
 )
 
 // TestRunCloseWrite: with close-write detection and a settle window of an
-// hour, a file is reported once its writer closed it, never while it is
-// open (or reopened for writing), and a close survives a rename.
+// hour, a DCP step (whose marker proves its file set) is reported once its
+// writers closed its files, never while one is open, reopened for writing,
+// or closed by a second descriptor while its writer still holds it; and a
+// close survives a rename.
 func TestRunCloseWrite(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("close-write detection uses Linux inotify")
 	}
 	dir := t.TempDir()
-	opts := runOpts(dir, "flat")
-	opts.StepPattern = `^model-(\d+)\.pt$`
+	opts := runOpts(dir, "dcp")
 	opts.Settle = time.Hour
 	opts.CloseWrite = true
 	w := newWatcher(t, opts)
 	r := start(t, w)
 	// Files are created after Run's start-up scan has watched the folder.
 	waitEvals(t, w, 1)
+	mkdirs(t, w, dir, "step_100", "step_200", "step_300", "step_500", "step_600")
 
-	open100 := create(t, dir, "model-100.pt", "first half;")
-	closeFile(t, create(t, dir, "model-200.pt", "whole file"))
+	open100 := create(t, dir, "step_100/__0_0.distcp", "first half;")
+	closeFile(t, create(t, dir, "step_100/.metadata", "md"))
+	closeFile(t, create(t, dir, "step_200/__0_0.distcp", "whole file"))
+	closeFile(t, create(t, dir, "step_200/.metadata", "md"))
 	r.expect(Complete, 200) // 100 is still open
 
 	if _, err := open100.WriteString("second half"); err != nil {
 		t.Fatal(err)
 	}
 	closeFile(t, open100)
-	if ev := r.expect(Complete, 100); ev.Step.Files[0].Size != int64(len("first half;second half")) {
-		t.Fatalf("step 100 reported with %d bytes", ev.Step.Files[0].Size)
+	if ev := r.expect(Complete, 100); shardSize(ev) != int64(len("first half;second half")) {
+		t.Fatalf("step 100 reported with %d bytes", shardSize(ev))
 	}
 
 	// Closed, then opened again and written: open again, not closed.
-	closeFile(t, create(t, dir, "model-300.pt", "v1"))
-	f, err := os.OpenFile(filepath.Join(dir, "model-300.pt"), os.O_WRONLY|os.O_APPEND, 0)
+	closeFile(t, create(t, dir, "step_300/__0_0.distcp", "v1"))
+	closeFile(t, create(t, dir, "step_300/.metadata", "md"))
+	f, err := os.OpenFile(filepath.Join(dir, "step_300/__0_0.distcp"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.WriteString(" and more"); err != nil {
 		t.Fatal(err)
 	}
-	// Written under a temporary name and renamed into place.
-	closeFile(t, create(t, dir, ".model-400.pt.tmp", "renamed"))
-	if err := os.Rename(filepath.Join(dir, ".model-400.pt.tmp"), filepath.Join(dir, "model-400.pt")); err != nil {
+	// Still open for writing, but another descriptor (a plain touch)
+	// opens it for writing and closes it.
+	held := create(t, dir, "step_500/__0_0.distcp", "held open")
+	closeFile(t, create(t, dir, "step_500/.metadata", "md"))
+	touch, err := os.OpenFile(filepath.Join(dir, "step_500/__0_0.distcp"), os.O_WRONLY, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	r.expect(Complete, 400)
-	closeFile(t, f)
-	if ev := r.expect(Complete, 300); ev.Step.Files[0].Size != int64(len("v1 and more")) {
-		t.Fatalf("step 300 reported with %d bytes", ev.Step.Files[0].Size)
+	closeFile(t, touch)
+	// Written in a folder under a temporary name and renamed into place.
+	closeFile(t, create(t, dir, "step_600/.__0_0.distcp.tmp", "renamed"))
+	closeFile(t, create(t, dir, "step_600/.metadata", "md"))
+	if err := os.Rename(filepath.Join(dir, "step_600/.__0_0.distcp.tmp"), filepath.Join(dir, "step_600/__0_0.distcp")); err != nil {
+		t.Fatal(err)
 	}
+	r.expect(Complete, 600)
+	closeFile(t, f)
+	if ev := r.expect(Complete, 300); shardSize(ev) != int64(len("v1 and more")) {
+		t.Fatalf("step 300 reported with %d bytes", shardSize(ev))
+	}
+	if _, err := held.WriteString(", then written on"); err != nil {
+		t.Fatal(err)
+	}
+	closeFile(t, held)
+	if ev := r.expect(Complete, 500); shardSize(ev) != int64(len("held open, then written on")) {
+		t.Fatalf("step 500 reported with %d bytes", shardSize(ev))
+	}
+}
+
+// TestRunCloseWriteNeedsProof: in a layout whose marker does not prove the
+// file set (flat, no marker), every file being closed does not complete a
+// step: the next file may come later. The settle window decides.
+func TestRunCloseWriteNeedsProof(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("close-write detection uses Linux inotify")
+	}
+	dir := t.TempDir()
+	opts := runOpts(dir, "flat")
+	opts.StepPattern = `^(?:model|optim)-(\d+)\.pt$`
+	opts.Settle = 2 * time.Second
+	opts.CloseWrite = true
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	waitEvals(t, w, 1)
+	begin := time.Now()
+	closeFile(t, create(t, dir, "model-100.pt", "model"))
+	time.Sleep(700 * time.Millisecond) // far past closeGrace, within Settle
+	closeFile(t, create(t, dir, "optim-100.pt", "optim"))
+	ev := r.expect(Complete, 100)
+	if len(ev.Step.Files) != 2 {
+		t.Fatalf("step 100 reported with %d files, want 2", len(ev.Step.Files))
+	}
+	if waited := time.Since(begin); waited < opts.Settle {
+		t.Fatalf("reported after %v, before the settle window %v", waited, opts.Settle)
+	}
+}
+
+// mkdirs creates step folders and waits for the evaluation that watched
+// them, so that the files written next are seen by the close watcher.
+func mkdirs(t *testing.T, w *Watcher, dir string, names ...string) {
+	t.Helper()
+	before := w.evals.Load()
+	for _, n := range names {
+		if err := os.Mkdir(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitEvals(t, w, before+1)
 }
 
 func create(t *testing.T, dir, name, content string) *os.File {
@@ -119,4 +182,14 @@ func waitEvals(t *testing.T, w *Watcher, n int64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// shardSize is the size of a reported DCP step's shard __0_0.distcp.
+func shardSize(ev Event) int64 {
+	for _, f := range ev.Step.Files {
+		if filepath.Base(f.RelPath) == "__0_0.distcp" {
+			return f.Size
+		}
+	}
+	return -1
 }

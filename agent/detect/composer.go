@@ -3,6 +3,7 @@ package detect
 import (
 	"path"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -14,14 +15,14 @@ import (
 //     same B forms step B, Root "", rank R each.
 //   - Sharded steps: folders "ep{E}-ba{B}" in the root holding
 //     "__{R}_0.distcp" files and a ".metadata" written last; step B.
-//   - Marker: sharded, ".metadata". Single-file checkpoints have none: each
-//     rank torch.saves its file in place and then points its
-//     "latest-rank{R}.pt" symlink at it. So a rank whose latest-rank link
-//     exists but names an earlier batch is still writing and holds the step
-//     back; a rank without a link (first save, or latest disabled) relies
-//     on the settle window. With many ranks per node, set
-//     Options.ExpectedRanks so that a rank that has not started its file
-//     yet cannot be missed.
+//   - Marker: sharded, ".metadata" (ProofMarker). Single-file checkpoints
+//     have none: each rank torch.saves its file in place and then points
+//     its "latest-rank{R}.pt" symlink at it. So any rank whose latest-rank
+//     link names an earlier batch is still saving and holds the step back,
+//     whether or not its file has appeared yet; a rank whose link names
+//     the batch has finished its file. With Options.ExpectedRanks that many
+//     finished ranks prove the step (ProofRanks); without links (the first
+//     save, or latest disabled) only the settle window decides.
 //   - Pointers: single-file steps get Symlinks "latest-rank{R}.pt" ->
 //     "ep{E}-ba{B}-rank{R}.pt" for each rank, built rather than read: the
 //     live link is repointed at every save and may already name a later
@@ -36,6 +37,8 @@ var (
 )
 
 func (composerLayout) Name() string { return "composer" }
+
+func (composerLayout) stepFolder(name string) bool { return composerFolder.MatchString(name) }
 
 func (composerLayout) Recognize(t *Tree) bool {
 	for _, e := range t.Children("") {
@@ -67,7 +70,7 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 				if b, ok := parseStep(m[2]); ok {
 					c := folderStep(t, e.Path, b)
 					if md, ok := t.Get(e.Path + "/" + dcpMetadata); ok && md.IsRegular() {
-						c.Finished = true
+						c.Finished, c.Proof = true, ProofMarker
 					} else {
 						c.Waiting = "no " + dcpMetadata
 					}
@@ -92,25 +95,50 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 	}
 	out := folders
 	for b, c := range single {
-		c.Finished = true
-		var waiting []string
-		for _, f := range c.Step.Files {
-			if f.Rank == nil {
-				continue
-			}
-			if lb, ok := latest[*f.Rank]; ok && lb < b {
-				c.Finished = false
-				waiting = append(waiting, "latest-rank"+strconv.Itoa(*f.Rank)+".pt still names batch "+strconv.FormatInt(lb, 10))
-			}
-			c.Step.Symlinks = append(c.Step.Symlinks, Symlink{
-				RelPath: "latest-rank" + strconv.Itoa(*f.Rank) + ".pt",
-				Target:  f.RelPath,
-			})
-		}
-		c.Waiting = strings.Join(waiting, "; ")
+		composerSingle(c, b, latest)
 		out = append(out, *c)
 	}
 	return out
+}
+
+// composerSingle applies the latest-rank links to a single-file step of
+// batch b: any rank whose link names an earlier batch is still saving b
+// (ranks save and repoint their links independently, so one can be a save
+// behind, with or without a file in b yet); a rank whose link names b or
+// later has finished its file. Links are built for the step's ranks.
+func composerSingle(c *Candidate, b int64, latest map[int]int64) {
+	c.Finished = true
+	var behind []string
+	var ranks []int
+	for r := range latest {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	for _, r := range ranks {
+		if lb := latest[r]; lb < b {
+			behind = append(behind, "latest-rank"+strconv.Itoa(r)+".pt still names batch "+strconv.FormatInt(lb, 10))
+		}
+	}
+	if len(behind) > 0 {
+		c.Held = strings.Join(behind, "; ")
+	}
+	done := []string{}
+	for _, f := range c.Step.Files {
+		if f.Rank == nil {
+			continue
+		}
+		if lb, ok := latest[*f.Rank]; ok && lb >= b {
+			done = append(done, "rank "+strconv.Itoa(*f.Rank))
+		}
+		c.Step.Symlinks = append(c.Step.Symlinks, Symlink{
+			RelPath: "latest-rank" + strconv.Itoa(*f.Rank) + ".pt",
+			Target:  f.RelPath,
+		})
+	}
+	if len(latest) > 0 {
+		// A rank's link, repointed after its save, is its own marker.
+		c.Ranks, c.Proof = done, ProofRanks
+	}
 }
 
 func composerStep(m map[int64]*Candidate, b int64) *Candidate {
@@ -137,6 +165,9 @@ func composerBatch(name string) (int64, bool) {
 
 // stripTemp removes one temporary suffix from a name.
 func stripTemp(name string) string {
+	if i := strings.Index(name, orbaxTemp); i > 0 {
+		return name[:i]
+	}
 	for _, suf := range []string{".tmp", ".temp", ".partial", "~"} {
 		if s, ok := strings.CutSuffix(name, suf); ok {
 			return s

@@ -16,7 +16,8 @@ import (
 //     Options.StepPattern reads from the name; folders with neither are
 //     skipped with a warning.
 //   - Marker: ".metadata", which the coordinator writes as ".metadata.tmp"
-//     and renames last.
+//     and renames last, after every rank reported its writes done: proof
+//     that the file set is final (ProofMarker).
 //   - Files: everything in the folder. Ranks by RankOf: "__{R}_{n}.distcp"
 //     gives R; ".metadata" is shared.
 //   - Pointer: none; DCP has no "latest" convention.
@@ -34,6 +35,11 @@ const (
 )
 
 func (*dcpLayout) Name() string { return "dcp" }
+
+func (l *dcpLayout) stepFolder(name string) bool {
+	_, ok := l.number(name)
+	return ok && !IsTempName(name)
+}
 
 func (*dcpLayout) Recognize(t *Tree) bool {
 	for _, e := range t.Children("") {
@@ -67,7 +73,7 @@ func (l *dcpLayout) Steps(t *Tree) []Candidate {
 		}
 		c := folderStep(t, e.Path, n)
 		if m, ok := t.Get(e.Path + "/" + dcpMetadata); ok && m.IsRegular() {
-			c.Finished = true
+			c.Finished, c.Proof = true, ProofMarker
 		} else {
 			c.Waiting = "no " + dcpMetadata
 		}

@@ -1,6 +1,10 @@
 package detect
 
-import "regexp"
+import (
+	"regexp"
+	"sort"
+	"strings"
+)
 
 // deepspeedLayout: DeepSpeed's save_checkpoint(save_dir) with the default
 // tag.
@@ -8,10 +12,15 @@ import "regexp"
 //   - Steps are folders "global_step{N}" in the root; N is the step.
 //   - Marker: the root's "latest" file, which rank 0 rewrites in place with
 //     the tag (no newline) after its own save, possibly before other ranks'
-//     ZeRO files are done: the settle window covers files being written,
-//     and Options.ExpectedRanks a rank that has not begun. A step is
-//     finished when latest names it or a later step (a step saved while the
-//     agent was down is still uploaded).
+//     ZeRO files are done. A step is finished when latest names it or a
+//     later step (a step saved while the agent was down is still
+//     uploaded). Each rank writes its model states, then its optimizer
+//     states: while a rank has "zero_pp_rank_D_mp_rank_M_model_states.pt"
+//     but not its "..._optim_states.pt" in a step that has optimizer
+//     states, the step is held. The marker, that rule and
+//     Options.ExpectedRanks writers prove the file set (ProofRanks);
+//     without ExpectedRanks a rank that has not begun is invisible, and
+//     the settle window decides.
 //   - Files: everything in the folder. Ranks by RankOf (ZeRO shards
 //     "zero_pp_rank_{D}_mp_rank_00_*" give D; "mp_rank_{M}_model_states.pt"
 //     is read by every rank and has none).
@@ -26,6 +35,8 @@ var deepspeedDir = regexp.MustCompile(`^global_step(\d+)$`)
 const deepspeedLatest = "latest"
 
 func (deepspeedLayout) Name() string { return "deepspeed" }
+
+func (deepspeedLayout) stepFolder(name string) bool { return deepspeedDir.MatchString(name) }
 
 func (deepspeedLayout) Recognize(t *Tree) bool {
 	if len(numberedDirs(t, deepspeedDir)) > 0 {
@@ -44,8 +55,44 @@ func (deepspeedLayout) Steps(t *Tree) []Candidate {
 		if !c.Finished {
 			c.Waiting = "latest does not name " + root + " or a later tag"
 		}
+		c.Held, c.Proof = zeroHeld(&c), ProofRanks
 		c.Step.Generated = []Generated{{RelPath: deepspeedLatest, Data: []byte(root)}}
 		out = append(out, c)
 	}
 	return out
+}
+
+var zeroKind = regexp.MustCompile(`zero_pp_rank_(\d+)_mp_rank_(\d+)_(model|optim)_states\.pt$`)
+
+// zeroHeld names the writers of a DeepSpeed step that have written their
+// ZeRO model states but not yet their optimizer states, when the step has
+// optimizer states at all (a save without them has none for any rank).
+func zeroHeld(c *Candidate) string {
+	model, optim := map[string]bool{}, map[string]bool{}
+	for _, f := range c.Step.Files {
+		m := zeroKind.FindStringSubmatch(f.RelPath)
+		if m == nil {
+			continue
+		}
+		key := "zero_pp_rank_" + m[1] + "_mp_rank_" + m[2]
+		if m[3] == "model" {
+			model[key] = true
+		} else {
+			optim[key] = true
+		}
+	}
+	if len(optim) == 0 {
+		return ""
+	}
+	var missing []string
+	for k := range model {
+		if !optim[k] {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	sort.Strings(missing)
+	return "optimizer states not written yet for " + strings.Join(missing, ", ")
 }

@@ -6,16 +6,34 @@
 //
 // A [Layout] maps the directory tree to candidate steps and says whether the
 // framework's own marker declares each one finished (DCP's .metadata,
-// DeepSpeed's latest file, Megatron's tracker file, ...). A step is reported
-// [Complete] only when all of these hold:
+// DeepSpeed's latest file, Megatron's tracker file, ...), what in the tree
+// still holds it back (Candidate.Held), which ranks have written their part
+// (Candidate.Ranks) and what its evidence proves ([Proof]). A step is
+// reported [Complete] only when all of these hold:
 //
 //   - the layout's marker says it is finished (unless [Options.NoMarker]);
+//   - nothing holds it back: a DeepSpeed rank with model states but no
+//     optimizer states yet, a Composer rank whose latest link names an
+//     earlier batch, a step folder that is a symbolic link;
 //   - no temporary name ([IsTempName]) lies in the step;
-//   - with [Options.ExpectedRanks] set, files of that many ranks are present;
-//   - the size and modification time of every file, and the set of files,
-//     have been observed unchanged for [Options.Settle], and no fsnotify
-//     event touched any of them in that window;
+//   - with [Options.ExpectedRanks] set, that many ranks are accounted for:
+//     the writers the file names give ([RankOf], or the (dp, mp) pair of a
+//     ZeRO file, or a Megatron mp_rank_TT_PPP folder), or the layout's own
+//     list (a Hugging Face rank's RNG state, a Composer rank whose link
+//     names the step);
+//   - and then either the settle window: the size and modification time of
+//     every file, and the set of files, have been observed unchanged for
+//     [Options.Settle], and no fsnotify event touched any of them in that
+//     window; or, only where the evidence proves the file set final
+//     (ProofMarker: a marker written after every rank finished; ProofRanks
+//     with ExpectedRanks: the marker and each expected rank's last file),
+//     close-write detection: every file was closed by its writer, is
+//     unchanged since, and no process holds it open for writing;
 //   - every file can be opened for reading.
+//
+// Close-write detection never replaces the settle window where nothing
+// proves the file set: a step without a marker, a late rank not known to
+// exist, a writer that closes a file and reopens it all look "closed".
 //
 // Settling is observed by the [Watcher], not inferred from modification
 // times: the clock of a network filesystem's server need not agree with
@@ -24,12 +42,14 @@
 // reported. [Watcher.Scan], which cannot observe, uses the age of the newest
 // modification time instead.
 //
-// Settling cannot see a file that has not been created yet: a rank that
-// starts its save late looks like a rank that does not exist. Markers
-// written after every rank is done (DCP, Megatron) cover this; where they
-// are not (Composer single files, DeepSpeed's latest written by rank 0
-// alone, Options.NoMarker), set [Options.ExpectedRanks] to the number of
-// ranks saving on this node.
+// A step that has not changed for a settle window but still cannot complete
+// (ranks the names do not carry, a stale pointer, a marker that never comes
+// on this node, a linked step folder) is logged at warn once, with the
+// reason, and shown by [Watcher.Pending].
+//
+// A step reported Complete whose files change afterwards is reported
+// Deleted (with [ErrChanged]) and, once complete again, Complete again:
+// the agent publishes that version as a revision of the step.
 //
 // # Pointer files
 //

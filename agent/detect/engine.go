@@ -66,7 +66,7 @@ func (e *engine) rescan(watch watchFunc) error {
 // (two candidates with one ID, say "step_100" and "step-100" for DCP), with
 // a warning, since they cannot both be step 100 remotely.
 func (e *engine) candidates() []Candidate {
-	cands := e.layout.Steps(e.tree)
+	cands := append(e.layout.Steps(e.tree), linkedFolders(e.tree, e.layout)...)
 	count := make(map[string]int, len(cands))
 	for i := range cands {
 		count[cands[i].id()]++
@@ -96,22 +96,20 @@ func (e *engine) candidates() []Candidate {
 // window says, or "".
 func (e *engine) blocked(c *Candidate) string {
 	switch {
+	case c.Held != "" && len(c.Step.Files) == 0:
+		return c.Held
 	case len(c.Step.Files) == 0:
 		return "no files yet"
 	case !c.Finished && !e.opts.NoMarker:
 		return "marker: " + c.Waiting
 	case len(c.Temps) > 0:
 		return "temporary file " + c.Temps[0]
+	case c.Held != "":
+		return c.Held
 	}
 	if e.opts.ExpectedRanks > 0 {
-		ranks := map[int]bool{}
-		for _, f := range c.Step.Files {
-			if f.Rank != nil {
-				ranks[*f.Rank] = true
-			}
-		}
-		if len(ranks) < e.opts.ExpectedRanks {
-			return fmt.Sprintf("files of %d of %d ranks", len(ranks), e.opts.ExpectedRanks)
+		if w := writers(c); len(w) < e.opts.ExpectedRanks {
+			return fmt.Sprintf("files of %d of %d expected ranks", len(w), e.opts.ExpectedRanks)
 		}
 	}
 	return ""

@@ -161,18 +161,23 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 	e := w.engine
 	if why := e.blocked(c); why != "" {
 		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
+		if now.Sub(since) >= e.opts.Settle {
+			e.warnStuck(c, why)
+		}
 		p := pendingOf(c, "waiting", why, since)
 		return &p, time.Time{}
 	}
-	if due, closed := w.closedAt(c); closed {
-		if !now.Before(due) {
-			return nil, time.Time{}
+	if e.fastPath(c) {
+		if due, closed := w.closedAt(c); closed {
+			if !now.Before(due) {
+				return nil, time.Time{}
+			}
+			p := pendingOf(c, "settling", "its writers closed its files", since)
+			return &p, due
 		}
-		p := pendingOf(c, "settling", "its writers closed its files", since)
-		return &p, due
 	}
 	if due := since.Add(e.opts.Settle); now.Before(due) {
-		p := pendingOf(c, "settling", fmt.Sprintf("unchanged for %v of %v", now.Sub(since).Round(100*time.Millisecond), e.opts.Settle), since)
+		p := pendingOf(c, "settling", fmt.Sprintf("unchanged for %v of %v (%s)", now.Sub(since).Round(100*time.Millisecond), e.opts.Settle, e.settleWhy(c)), since)
 		return &p, due
 	}
 	return nil, time.Time{}
@@ -297,13 +302,28 @@ func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
 }
 
 // closedAt reports whether close-write detection vouches for every file of
-// a candidate, and from when (the last close plus closeGrace).
+// a candidate, and from when (the last close plus closeGrace): each file's
+// writer closed it, it is unchanged since, and no process holds it open for
+// writing now.
 func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
 	if w.closes == nil {
 		return time.Time{}, false
 	}
 	last, ok := w.closes.closedSince(c.Step.Files, w.tree.abs)
-	return last.Add(closeGrace), ok
+	if !ok {
+		return time.Time{}, false
+	}
+	for _, f := range c.Step.Files {
+		open, err := openForWriting(w.tree.abs(f.RelPath))
+		if err != nil && !w.warned["lease"] {
+			w.warned["lease"] = true
+			w.log.Info("cannot ask the kernel whether a file is still open for writing; steps wait out the settle window", zap.Error(err))
+		}
+		if open {
+			return time.Time{}, false
+		}
+	}
+	return last.Add(closeGrace), true
 }
 
 func earliest(a, b time.Time) time.Time {

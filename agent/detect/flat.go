@@ -30,6 +30,11 @@ type flatLayout struct {
 
 func (*flatLayout) Name() string { return "flat" }
 
+func (l *flatLayout) stepFolder(name string) bool {
+	_, _, ok := l.identify(name)
+	return ok && !strings.HasPrefix(name, ".") && !IsTempName(name)
+}
+
 func (*flatLayout) Recognize(t *Tree) bool { return len(t.Children("")) > 0 }
 
 func (l *flatLayout) Steps(t *Tree) []Candidate {

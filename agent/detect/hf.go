@@ -1,6 +1,10 @@
 package detect
 
-import "regexp"
+import (
+	"path"
+	"regexp"
+	"strconv"
+)
 
 // hfLayout: the Hugging Face Trainer's output_dir.
 //
@@ -11,6 +15,12 @@ import "regexp"
 //     writes after the model, optimizer, scheduler and (in recent versions)
 //     RNG state. On other nodes of a multi-node job saving to local disks it
 //     never appears: see Options.NoMarker.
+//   - Ranks: each process writes "rng_state_{R}.pth" ("rng_state.pth"
+//     alone) after its model and optimizer shards, and another rank's can
+//     land after trainer_state.json. Options.ExpectedRanks counts these RNG
+//     states, and with it the marker and that many RNG states prove the
+//     file set (ProofRanks). A step without RNG states (save_only_model)
+//     counts its shards' writers and only the settle window decides.
 //   - Files: everything in the folder, including nested DeepSpeed
 //     ("global_step{N}/...") or FSDP ("pytorch_model_fsdp_0/__R_0.distcp")
 //     shards. Ranks by RankOf ("rng_state_{R}.pth", shards).
@@ -25,6 +35,8 @@ const hfMarker = "trainer_state.json"
 
 func (hfLayout) Name() string { return "hf" }
 
+func (hfLayout) stepFolder(name string) bool { return hfDir.MatchString(name) }
+
 func (hfLayout) Recognize(t *Tree) bool { return len(numberedDirs(t, hfDir)) > 0 }
 
 func (hfLayout) Steps(t *Tree) []Candidate {
@@ -36,7 +48,28 @@ func (hfLayout) Steps(t *Tree) []Candidate {
 		} else {
 			c.Waiting = "no " + hfMarker
 		}
+		c.Ranks, c.Proof = hfRanks(&c)
 		out = append(out, c)
 	}
 	return out
+}
+
+// hfRanks returns the ranks whose RNG state is in a Hugging Face step,
+// and the proof they give; nil and ProofNone when it has none.
+func hfRanks(c *Candidate) ([]string, Proof) {
+	var ranks []string
+	for _, f := range c.Step.Files {
+		base := path.Base(f.RelPath)
+		switch {
+		case base == "rng_state.pth":
+			ranks = append(ranks, "rank 0")
+		case rankRNG.MatchString(base):
+			n, _ := strconv.Atoi(rankRNG.FindStringSubmatch(base)[1])
+			ranks = append(ranks, "rank "+strconv.Itoa(n))
+		}
+	}
+	if ranks == nil {
+		return nil, ProofNone
+	}
+	return ranks, ProofRanks
 }

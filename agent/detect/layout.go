@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -42,6 +43,19 @@ type Candidate struct {
 	Finished bool
 	// Waiting says what the marker still lacks, for debug logs.
 	Waiting string
+	// Held, when set, says what in the tree shows the step is not
+	// complete yet whatever the marker says (a rank with model states but
+	// no optimizer states, a rank whose pointer names an older step).
+	Held string
+	// Proof says what the layout's evidence proves about the step's file
+	// set once the marker holds; it decides whether close-write detection
+	// may shorten the settle window (see proof.go).
+	Proof Proof
+	// Ranks, when not nil, are the ranks whose part of the step is known
+	// written (an HF rank's RNG state, a Composer rank whose link names
+	// this batch), counted against Options.ExpectedRanks instead of the
+	// writers the file names give.
+	Ranks []string
 	// Temps are paths with temporary names inside the step: while any
 	// exists the step is not complete.
 	Temps []string
@@ -73,7 +87,7 @@ func newLayout(opts *Options) (Layout, error) {
 	}
 	log := opts.Logger
 	specific := func() []Layout {
-		return []Layout{composerLayout{}, deepspeedLayout{}, megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}}
+		return []Layout{composerLayout{}, deepspeedLayout{}, &megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}}
 	}
 	switch opts.Layout {
 	case "auto":
@@ -124,6 +138,41 @@ func (a *autoLayout) pick(t *Tree) Layout {
 	return nil
 }
 
+func (a *autoLayout) stepFolder(name string) bool {
+	f, ok := a.chosen.(folderLayout)
+	return ok && f.stepFolder(name)
+}
+
+// folderLayout is a layout whose steps can be folders in the root.
+type folderLayout interface {
+	// stepFolder reports whether a folder of this name in the root
+	// would be a step.
+	stepFolder(name string) bool
+}
+
+// linkedFolders returns a candidate for each link in the root to a folder
+// that the layout would take as a step: links are never followed, so such
+// a step can never complete, and it waits with the reason for status and
+// the warning that a wait of a settle window brings.
+func linkedFolders(t *Tree, l Layout) []Candidate {
+	f, ok := l.(folderLayout)
+	if !ok {
+		return nil
+	}
+	var out []Candidate
+	for _, e := range t.Children("") {
+		if !e.IsSymlink() || e.Err != nil || !f.stepFolder(e.Name()) {
+			continue
+		}
+		if fi, err := os.Stat(t.abs(e.Path)); err != nil || !fi.IsDir() {
+			continue
+		}
+		out = append(out, Candidate{ID: "link:" + e.Name(), Step: Step{Number: -1, Root: e.Path},
+			Held: "step folder " + e.Name() + " is a symbolic link (to " + e.Target + ")"})
+	}
+	return out
+}
+
 // effectiveName is the chosen layout's name for auto, or the layout's own.
 func effectiveName(l Layout) string {
 	if a, ok := l.(*autoLayout); ok && a.chosen != nil {
@@ -135,15 +184,21 @@ func effectiveName(l Layout) string {
 // IsTempName reports whether a file or folder name is a temporary one that
 // is never uploaded and keeps its step from completing: "*.tmp" (DCP's
 // .metadata.tmp, most atomic writers), "*.temp", "*.partial", "*~",
-// NeMo's "*-unfinished" marker, and Hugging Face's "tmp-checkpoint-*".
+// NeMo's "*-unfinished" marker, Hugging Face's "tmp-checkpoint-*" and
+// Orbax's "<name>.orbax-checkpoint-tmp-<n>" folders, renamed to <name> when
+// the save is done.
 func IsTempName(name string) bool {
 	for _, suf := range []string{".tmp", ".temp", ".partial", "~", "-unfinished"} {
 		if strings.HasSuffix(name, suf) {
 			return true
 		}
 	}
-	return strings.HasPrefix(name, "tmp-checkpoint-")
+	return strings.HasPrefix(name, "tmp-checkpoint-") || strings.Contains(name, orbaxTemp)
 }
+
+// orbaxTemp is what Orbax puts between a checkpoint's final name and a
+// number while it writes it.
+const orbaxTemp = ".orbax-checkpoint-tmp-"
 
 var (
 	rankDistcp  = regexp.MustCompile(`^__(\d+)_\d+\.distcp$`)

@@ -27,6 +27,11 @@ type Entry struct {
 	// cannot be listed, a link that cannot be read).
 	Err error
 
+	// id is the file's device and inode, where the platform gives them: a
+	// folder removed and created again under the same name is a new
+	// folder, with nothing of the old one's watches or contents.
+	id fileID
+
 	// rank caches RankOf(Path), which depends on the path alone.
 	rank     *int
 	rankDone bool
@@ -215,7 +220,14 @@ func (t *Tree) remove(p string) {
 }
 
 func entryFromInfo(p string, fi fs.FileInfo) Entry {
-	return Entry{Path: p, Type: fi.Mode().Type(), Size: fi.Size(), ModTime: fi.ModTime()}
+	id, _ := idOf(fi)
+	return Entry{Path: p, Type: fi.Mode().Type(), Size: fi.Size(), ModTime: fi.ModTime(), id: id}
+}
+
+// sameDir reports whether a directory entry and the one before it at the
+// same path are the same folder (not one removed and created again).
+func sameDir(old *Entry, known bool, now *Entry) bool {
+	return known && old.IsDir() && now.IsDir() && old.id == now.id
 }
 
 // watchFunc is called for every directory before it is listed, so that
@@ -256,12 +268,15 @@ func (t *Tree) scanDir(dir string, recursive bool, watch watchFunc) error {
 	}
 	for _, de := range des {
 		p := join(dir, de.Name())
+		var before Entry
 		old, known := t.entries[p]
-		wasDir := known && old.IsDir()
+		if known {
+			before = *old
+		}
 		if !t.refreshEntry(p) {
 			continue
 		}
-		if e := t.entries[p]; e.IsDir() && (recursive || !wasDir) {
+		if e := t.entries[p]; e.IsDir() && (recursive || !sameDir(&before, known, e)) {
 			// A listing error lands in the directory's Err.
 			_ = t.scanDir(p, true, watch)
 		}
@@ -305,12 +320,17 @@ func (t *Tree) refresh(p string, watch watchFunc) {
 			return
 		}
 	}
+	var before Entry
 	old, known := t.entries[p]
-	wasDir := known && old.IsDir()
+	if known {
+		before = *old
+	}
 	if !t.refreshEntry(p) {
 		return
 	}
-	if e := t.entries[p]; e.IsDir() && !wasDir {
+	if e := t.entries[p]; e.IsDir() && !sameDir(&before, known, e) {
+		// New, or removed and created again within one debounce
+		// window: watch and list it now, not at the next rescan.
 		_ = t.scanDir(p, true, watch)
 	}
 }

@@ -1,0 +1,152 @@
+package detect
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// Proof is what a layout's evidence proves about a step's file set. The
+// settle window is the floor for every step: only where the evidence
+// covers every file may close-write detection report a step before it.
+//
+// Why the distinction matters: "every file that exists now is closed"
+// proves nothing about files not created yet (a late rank, the next file
+// of a marker-less step) or about a writer that closes a file and reopens
+// it. A close shortens the wait only where something written after all
+// files says that the set is final.
+type Proof int
+
+const (
+	// ProofNone: nothing proves the file set final; the step is complete
+	// once its files are unchanged for the settle window.
+	ProofNone Proof = iota
+	// ProofMarker: the marker is written by the framework's coordinator
+	// after every rank finished (DCP's and Composer's sharded .metadata,
+	// Megatron's tracker seen changing to name the step).
+	ProofMarker
+	// ProofRanks: the marker plus each rank's own last file prove the set
+	// final once Options.ExpectedRanks ranks are accounted for (DeepSpeed,
+	// Hugging Face, Composer with latest links).
+	ProofRanks
+)
+
+// String names the proof for status and logs.
+func (p Proof) String() string {
+	switch p {
+	case ProofMarker:
+		return "marker written after every file"
+	case ProofRanks:
+		return "marker and every expected rank's files"
+	}
+	return "settle window"
+}
+
+// fastPath reports whether close-write detection may complete c before
+// the settle window ends: its evidence covers every file.
+func (e *engine) fastPath(c *Candidate) bool {
+	if e.opts.NoMarker || !c.Finished {
+		return false
+	}
+	switch c.Proof {
+	case ProofMarker:
+		return true
+	case ProofRanks:
+		return e.opts.ExpectedRanks > 0
+	}
+	return false
+}
+
+var writerMega = regexp.MustCompile(`^mp_rank_(\d+)_(\d+)$`)
+
+// writerOf names the process that wrote a file, when its path says: the
+// rank RankOf gives, else the data- and model-parallel ranks of a
+// DeepSpeed ZeRO file, else the tensor- and pipeline-parallel ranks of a
+// Megatron "mp_rank_TT_PPP" folder. "" for a file no name ties to one
+// writer. Options.ExpectedRanks counts these: with model parallelism the
+// global rank is not in the names, but each writer still is.
+func writerOf(relPath string) string {
+	if r := RankOf(relPath); r != nil {
+		return "rank " + strconv.Itoa(*r)
+	}
+	elems := strings.Split(relPath, "/")
+	if m := rankZero.FindStringSubmatch(elems[len(elems)-1]); m != nil {
+		d, _ := strconv.Atoi(m[1])
+		mp, _ := strconv.Atoi(m[2])
+		return fmt.Sprintf("zero dp %d mp %d", d, mp)
+	}
+	for _, dir := range elems[:len(elems)-1] {
+		if m := writerMega.FindStringSubmatch(dir); m != nil {
+			return "mp_rank_" + m[1] + "_" + m[2]
+		}
+	}
+	return ""
+}
+
+// writers returns the ranks of c that count against ExpectedRanks: the
+// layout's own list, or the writers its file names give.
+func writers(c *Candidate) []string {
+	if c.Ranks != nil {
+		return c.Ranks
+	}
+	set := map[string]bool{}
+	for _, f := range c.Step.Files {
+		if w := writerOf(f.RelPath); w != "" {
+			set[w] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for w := range set {
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// settleWhy says why a step waits out the settle window, for status.
+func (e *engine) settleWhy(c *Candidate) string {
+	switch {
+	case e.opts.NoMarker:
+		return "markers ignored"
+	case c.Proof == ProofRanks && e.opts.ExpectedRanks == 0:
+		return "set --expected-ranks to complete on close"
+	case c.Proof == ProofNone:
+		return "nothing proves the file set final"
+	}
+	return "not every file closed by its writer"
+}
+
+// warnStuck logs at warn, once per step and reason, a step whose files
+// have not changed for a settle window but that still cannot complete:
+// something only the operator can fix (expected ranks the names do not
+// carry, a stale pointer, a marker that never comes on this node) must
+// not be a silent wait.
+func (e *engine) warnStuck(c *Candidate, why string) {
+	key := "stuck\x00" + c.id() + "\x00" + why
+	if e.warned[key] {
+		return
+	}
+	e.warned[key] = true
+	fields := []zap.Field{zap.String("step", c.id()), zap.String("reason", why), zap.Int("files", len(c.Step.Files))}
+	if e.opts.ExpectedRanks > 0 {
+		fields = append(fields, zap.Int("expected_ranks", e.opts.ExpectedRanks), zap.Strings("ranks_seen", writers(c)))
+	}
+	e.log.Warn("step unchanged for a settle window but not complete; it waits ("+stuckHint(why)+")", fields...)
+}
+
+// stuckHint says what the operator can do about a reason a step waits.
+func stuckHint(why string) string {
+	switch {
+	case strings.HasPrefix(why, "files of "):
+		return "--expected-ranks counts the ranks of this node that write files; check it, or leave it unset"
+	case strings.HasPrefix(why, "marker: "):
+		return "a node without global rank 0 never sees the marker: run its agent with --no-marker"
+	case strings.HasPrefix(why, "step folder "):
+		return "ferry does not follow links: watch the link's target, or save into the watched directory"
+	}
+	return "see ferry status"
+}
