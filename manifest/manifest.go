@@ -29,9 +29,9 @@ import (
 // fits in one document; ShardedFormat (2.0) is written for one that does
 // not. Readers accept 1.x and 2.x and reject other major versions. 1.1
 // added the nodes field of a manifest and part manifests, 1.2 the layout
-// field; older 1.x readers ignore fields they do not know. 1.x readers
-// reject 2.0.
-const FormatVersion = "1.2"
+// field, 1.3 the revision field; older 1.x readers ignore fields they do
+// not know. 1.x readers reject 2.0.
+const FormatVersion = "1.3"
 
 // MaxNodes is the largest number of nodes the part keys can represent.
 const MaxNodes = 99_999
@@ -62,6 +62,13 @@ type Manifest struct {
 	// not know (ferry push of a directory). Restore reads it rather than
 	// guessing from file names where it decides (SelectForNode).
 	Layout string `json:"layout,omitempty"`
+	// Revision counts the times the step's manifest was replaced after
+	// its commit (see Revise): 0 for the version first committed. A
+	// revision is the complete version of a step whose files changed on
+	// disk after an earlier version was committed; it replaces that
+	// version at the same key, so every reader, old ones included, takes
+	// it.
+	Revision int `json:"revision,omitempty"`
 	// Shards, in a format 2 manifest, are the objects that hold its files
 	// (see shards.go). Get returns such a manifest with Files filled in.
 	Shards []Shard `json:"shards,omitempty"`

@@ -38,6 +38,9 @@ func Validate(m *Manifest, prefix string) error {
 	if m.Created.IsZero() {
 		return fmt.Errorf("manifest field created: missing")
 	}
+	if m.Revision < 0 {
+		return fmt.Errorf("manifest field revision: %d is negative", m.Revision)
+	}
 	if m.Nodes < 0 || m.Nodes > MaxNodes {
 		return fmt.Errorf("manifest field nodes: %d outside 0..%d", m.Nodes, MaxNodes)
 	}

@@ -18,6 +18,9 @@ import (
 func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
 	st := opts.Upload.Store
 	now := time.Now().UTC().Truncate(time.Millisecond)
+	if opts.revise {
+		return reviseStep(ctx, opts, entries, attemptPrefix)
+	}
 	if opts.Nodes <= 1 {
 		m := &manifest.Manifest{
 			Format:   manifest.FormatVersion,
@@ -59,6 +62,23 @@ func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 	referenced := nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, manifest.ErrPartConflict)) ||
 		(nc.Part != nil && referencesAny(nc.Part.Files, entries, attemptPrefix))
 	return res, referenced, err
+}
+
+// reviseStep publishes the entries as the next revision of a step
+// committed with other content (PushOptions.Revise).
+func reviseStep(ctx context.Context, opts pushJob, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
+	next := func(cur *manifest.Manifest) (*manifest.Manifest, error) {
+		return &manifest.Manifest{Step: opts.Step, Files: entries, Symlinks: opts.links, Layout: opts.Layout}, nil
+	}
+	m, wrote, err := manifest.Revise(ctx, opts.Upload.Store, opts.Prefix, opts.Step, next)
+	if err != nil {
+		return PushResult{}, false, err
+	}
+	if wrote {
+		opts.Upload.Logger.Warn("published a revision of a committed step: its files changed on disk after an earlier version was committed; restore and list now take this one",
+			zap.Int64("step", opts.Step), zap.Int("revision", m.Revision), zap.Int("files", len(m.Files)))
+	}
+	return PushResult{Manifest: m, Committed: wrote}, wrote || referencesAny(m.Files, entries, attemptPrefix), nil
 }
 
 // referencesAny reports whether files name any object this attempt wrote

@@ -33,6 +33,15 @@ type PushOptions struct {
 	// Layout is the checkpoint layout the caller detected, recorded in the
 	// manifest (manifest.Manifest.Layout); "" when unknown.
 	Layout string
+	// Revise publishes the local files as the step's next revision
+	// (manifest.Revise) when the step is already committed with other
+	// content, instead of failing with manifest.ErrConflict: the caller
+	// knows the committed version is an earlier state of the same save
+	// (the agent, for a step it committed whose files changed since).
+	// Unchanged files are deduplicated against the committed version.
+	// One-node pushes only: a node of a multi-node job cannot tell its
+	// files from the others' in the merged manifest.
+	Revise bool
 }
 
 // pushJob is one push under way: where it goes, how, and what. Every stage
@@ -44,6 +53,9 @@ type pushJob struct {
 	Step  int64
 	step  step.Step
 	links []manifest.Symlink
+	// revise is set once the step was found committed with other content
+	// and Revise allows replacing it.
+	revise bool
 }
 
 // PushResult reports what a push did.
@@ -91,6 +103,10 @@ func (d Destination) Push(ctx context.Context, s step.Step, o PushOptions) (Push
 		return PushResult{}, err
 	}
 	prevStep, res, done, err := earlierPush(ctx, opts)
+	if errors.Is(err, manifest.ErrConflict) && opts.Revise && opts.Nodes <= 1 {
+		// Deduplicated against the committed version it replaces.
+		opts.revise, prevStep, done, err = true, opts.Step, false, nil
+	}
 	if done || err != nil {
 		return res, err
 	}

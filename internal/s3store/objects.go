@@ -60,12 +60,15 @@ func (s *Store) Put(ctx context.Context, key string, body io.ReadSeeker, size in
 	if opts.IfNoneMatch {
 		in.IfNoneMatch = aws.String("*")
 	}
+	if opts.IfMatch != "" {
+		in.IfMatch = aws.String(opts.IfMatch)
+	}
 	if opts.ContentType != "" {
 		in.ContentType = aws.String(opts.ContentType)
 	}
 	out, err := s.client.PutObject(ctx, in, unsignedPayload)
 	if err != nil {
-		return store.ObjectInfo{}, s.mapErr(err, what, opts.IfNoneMatch)
+		return store.ObjectInfo{}, s.mapErr(err, what, opts.IfNoneMatch || opts.IfMatch != "")
 	}
 	return store.ObjectInfo{Key: key, Size: size, ETag: aws.ToString(out.ETag)}, nil
 }

@@ -102,6 +102,9 @@ func (m *MemStore) Put(ctx context.Context, key string, body io.ReadSeeker, size
 	if _, ok := m.objects[key]; ok && opts.IfNoneMatch {
 		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, ErrPreconditionFailed)
 	}
+	if cur, ok := m.objects[key]; opts.IfMatch != "" && (!ok || cur.etag != opts.IfMatch) {
+		return ObjectInfo{}, fmt.Errorf("put %s: if-match %s: %w", key, opts.IfMatch, ErrPreconditionFailed)
+	}
 	o := memObject{data: data, etag: `"` + md5hex(data) + `"`, modified: time.Now()}
 	m.objects[key] = o
 	return ObjectInfo{Key: key, Size: size, ETag: o.etag, LastModified: o.modified}, nil

@@ -82,6 +82,11 @@ type PutOptions struct {
 	// IfNoneMatch makes the write create-only (If-None-Match: *): it fails
 	// with ErrPreconditionFailed when the key already exists.
 	IfNoneMatch bool
+	// IfMatch, when set, makes the write a replacement of exactly the
+	// object whose ETag (as Head reports it) it holds (If-Match): it fails
+	// with ErrPreconditionFailed when the object changed since, and with
+	// ErrPreconditionFailed or ErrNotExist when it is gone.
+	IfMatch string
 	// CRC32C, when set, is sent for the server to verify the body against.
 	CRC32C string
 	// ContentType is stored with the object when set.

@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Delete", testDelete},
 		{"ConditionalCreate", testConditionalCreate},
 		{"ConditionalRace", testConditionalRace},
+		{"ConditionalReplace", testConditionalReplace},
 		{"PutCRC32CMismatch", testPutCRC32CMismatch},
 		{"Multipart", testMultipart},
 		{"PartCRC32CMismatch", testPartCRC32CMismatch},
@@ -331,6 +332,35 @@ func testConditionalCreate(t *testing.T, s store.Store) {
 	}
 	if got := MustGet(t, s, "c", 0, -1); string(got) != "first" {
 		t.Errorf("after a failed create the object holds %q, want %q", got, "first")
+	}
+}
+
+// testConditionalReplace: a Put with IfMatch replaces the object only
+// while it still has the ETag Head reported; of two writers that read the
+// same ETag exactly one wins.
+func testConditionalReplace(t *testing.T, s store.Store) {
+	MustPut(t, s, "r", []byte("v1"))
+	info, err := s.Head(t.Context(), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replace := func(data string) error {
+		_, err := s.Put(t.Context(), "r", bytes.NewReader([]byte(data)), int64(len(data)),
+			store.PutOptions{IfMatch: info.ETag, CRC32C: store.CRC32C([]byte(data))})
+		return err
+	}
+	if err := replace("v2"); err != nil {
+		t.Fatalf("replace with the current ETag: %v", err)
+	}
+	if err := replace("v3"); !errors.Is(err, store.ErrPreconditionFailed) {
+		t.Fatalf("replace with a stale ETag: %v, want ErrPreconditionFailed", err)
+	}
+	if got := MustGet(t, s, "r", 0, -1); string(got) != "v2" {
+		t.Fatalf("object holds %q, want v2", got)
+	}
+	_, err = s.Put(t.Context(), "absent", bytes.NewReader([]byte("x")), 1, store.PutOptions{IfMatch: info.ETag})
+	if !errors.Is(err, store.ErrPreconditionFailed) && !errors.Is(err, store.ErrNotExist) {
+		t.Fatalf("replace of an absent object: %v, want ErrPreconditionFailed or ErrNotExist", err)
 	}
 }
 

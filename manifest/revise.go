@@ -1,0 +1,93 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+)
+
+// reviseTries bounds how often Revise reads the manifest again after
+// another writer replaced it between its read and its write.
+const reviseTries = 8
+
+// Revise replaces the committed manifest of a step with its next
+// revision: next(current) builds it from the manifest committed now, and
+// the result is written over the same key with If-Match on the ETag read,
+// so a writer that replaced it meanwhile is never overwritten (Revise
+// reads again and calls next again). The revision keeps the step's key,
+// so list, restore, dedup and prune, and readers that predate revisions,
+// take it at once; the objects only the earlier version referenced stay in
+// place for readers that already hold it, and go when prune removes the
+// step.
+//
+// It returns the manifest now committed and whether this call wrote it:
+// when next returns a manifest with the same content as the current one,
+// nothing is written. A step that is not committed gives ErrNoCheckpoint.
+func Revise(ctx context.Context, st store.Store, prefix string, step int64, next func(current *Manifest) (*Manifest, error)) (*Manifest, bool, error) {
+	key := ManifestKey(prefix, step)
+	for try := 0; ; try++ {
+		info, err := st.Head(ctx, key)
+		if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
+			return nil, false, fmt.Errorf("revise step %d: %w", step, ErrNoCheckpoint)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("revise step %d: head %s: %w", step, key, err)
+		}
+		cur, err := Get(ctx, st, prefix, step)
+		if err != nil {
+			return nil, false, fmt.Errorf("revise step %d: %w", step, err)
+		}
+		m, err := next(cur)
+		if err != nil {
+			return nil, false, fmt.Errorf("revise step %d: %w", step, err)
+		}
+		if SameContent(cur, m) {
+			return cur, false, nil
+		}
+		m.Revision = cur.Revision + 1
+		written, err := replace(ctx, st, prefix, key, info.ETag, m)
+		if err == nil {
+			return written, true, nil
+		}
+		if !errors.Is(err, store.ErrPreconditionFailed) || try+1 >= reviseTries {
+			return nil, false, fmt.Errorf("revise step %d: %w", step, err)
+		}
+	}
+}
+
+// replace writes m (sharded if it must be) over key, if key still has etag.
+func replace(ctx context.Context, st store.Store, prefix, key, etag string, m *Manifest) (*Manifest, error) {
+	m.Format, m.Shards = FormatVersion, nil
+	m.Created = time.Now().UTC().Truncate(time.Millisecond)
+	if err := Validate(m, prefix); err != nil {
+		return nil, fmt.Errorf("refusing invalid manifest: %w", err)
+	}
+	doc := m
+	if needsShards(m) {
+		var err error
+		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
+			return nil, err
+		}
+	}
+	data, err := Encode(doc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
+		IfMatch:     etag,
+		CRC32C:      store.CRC32C(data),
+		ContentType: "application/json",
+	}); err != nil {
+		return nil, fmt.Errorf("replace manifest %s: %w", key, err)
+	}
+	if doc != m {
+		full := *m
+		full.Format, full.Shards = doc.Format, doc.Shards
+		return &full, nil
+	}
+	return m, nil
+}
