@@ -149,6 +149,9 @@ type entry struct {
 	cancel   context.CancelFunc // set while uploading
 	deleted  bool               // the trainer removed or changed it mid-upload
 	cleanup  bool               // abandoned: its upload state must be discarded
+	// revise: this agent committed the step before with other files; the
+	// upload publishes the files on disk now as its next revision.
+	revise bool
 }
 
 // lastWrite is when the trainer last wrote the step: its newest file's
@@ -253,7 +256,10 @@ func (a *Agent) alreadyDoneLocked(s *detect.Step) (done bool, why string, warn b
 		if e.Root == s.Root && sameLocalFiles(e.Files, localFiles(*s)) {
 			return true, "not uploading: step already committed by this agent", false
 		}
-		return true, "not uploading: step already committed to this destination, but its files on disk changed since; the bucket keeps the committed version", true
+		if a.opts.Nodes > 1 {
+			return true, "not uploading: step already committed, but its files on disk changed since; a multi-node step is not revised, so the bucket keeps the committed version (push it under another step number to keep this one)", true
+		}
+		return false, "", false // changed since committed: revised (completeLocked)
 	}
 	if a.remote[s.Number] {
 		return true, "not uploading: step already committed in the bucket", false
@@ -273,6 +279,13 @@ func (a *Agent) numberLocked(ev *detect.Event) (n int64, ok bool) {
 	}
 	switch ev.Kind {
 	case detect.Complete:
+		if prev, ok := a.counted[s.ID]; ok {
+			if _, committed := a.journal.get(prev); committed {
+				// Changed after its commit: the same step, revised.
+				s.Number = prev
+				return prev, true
+			}
+		}
 		n = a.counter
 		a.counter++
 		a.counted[s.ID] = n

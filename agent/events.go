@@ -64,6 +64,9 @@ func (a *Agent) writingLocked(s detect.Step) {
 	if a.pipe == nil || s.Counted || a.steps[s.Number] != nil {
 		return
 	}
+	if _, ok := a.journal.get(s.Number); ok {
+		return // committed before: a revision is sent whole once complete
+	}
 	if done, _, _ := a.alreadyDoneLocked(&s); done {
 		return
 	}
@@ -92,11 +95,18 @@ func (a *Agent) completeLocked(e *entry, s detect.Step, n int64) {
 			e.cancel()
 		}
 	}
+	_, revise := a.journal.get(n)
 	a.steps[n] = &entry{
 		step:     s,
 		complete: time.Now(),
+		revise:   revise,
 		status: control.StepStatus{Step: n, State: control.StatePending, Files: len(s.Files) + len(s.Generated),
 			Bytes: s.TotalBytes(), Detected: time.Now().UTC()},
+	}
+	if revise {
+		a.log.Warn("checkpoint changed on disk after it was committed; uploading it as the step's next revision",
+			zap.Int64("step", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
+		return
 	}
 	a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
 }

@@ -170,7 +170,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		a.pipe.quiesce(n) // the step's resume state has one writer at a time
 	}
 	res, err := a.destination().Push(stepCtx, step, uploader.PushOptions{
-		Upload: uopts, Layout: a.detectedLayout(), AllowEmpty: a.opts.AllowEmpty})
+		Upload: uopts, Layout: a.detectedLayout(), AllowEmpty: a.opts.AllowEmpty, Revise: e.revise})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
 	if err == nil && res.Committed && a.opts.KeepRemote > 0 {
 		// Only the writer of a manifest prunes, so N nodes do not all
@@ -334,6 +334,8 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		verb = "committed step (another node wrote the manifest)"
 	case !res.Committed:
 		verb = "step was already committed with identical content"
+	case res.Manifest != nil && res.Manifest.Revision > 0:
+		verb = "committed a revision of the step (restore and list take it)"
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
 		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
