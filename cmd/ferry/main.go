@@ -18,7 +18,12 @@ func main() {
 // (tests re-executing themselves as ferry use it too): the first SIGINT or
 // SIGTERM cancels Main's context (commands stop; the agent drains), the
 // second closes the context's abort channel (the agent stops at once).
+//
+// It is also what allows `ferry agent` to re-execute itself at low priority
+// (lowerPriority): the program and os.Args that reached here reach here
+// again.
 func runWithSignals(args []string) int {
+	reexecForPriority = true
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)

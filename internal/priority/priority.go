@@ -7,10 +7,27 @@
 // CPU: SCHED_IDLE, the lowest policy Linux has, which still runs whenever
 // the trainer leaves a core idle; where it is refused, nice 19. I/O: the
 // best-effort class at its lowest level (7), not the idle class, which a
-// busy disk can starve for ever. Linux keeps both per thread, and a new
-// thread starts with its creator's: Lower applies them to every thread the
-// process has, so the threads the Go runtime starts later inherit them.
+// busy disk can starve for ever.
+//
+// Linux keeps both per thread: a new thread starts with its creator's, and
+// execve(2) keeps the calling thread's. A running Go process has several
+// threads and its runtime starts more at any moment, so changing them one
+// by one (Lower) races with thread creation: a thread cloned by one not yet
+// lowered copies the old priority but appears in /proc/self/task only
+// after the last listing. Reexec avoids the race by construction: it lowers
+// the calling thread alone and re-executes the program on it. After execve
+// the process has that one thread, lowered, and every thread the new Go
+// runtime starts descends from it. The re-executed process recognises
+// itself with Reexecuted and still calls Lower, which finds every thread
+// lowered already and reports what is in force; Lower alone remains the
+// fallback where the program cannot be re-executed.
 package priority
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
 
 // Class is an I/O scheduling class (ioprio_set(2)).
 type Class int
@@ -30,7 +47,8 @@ type Applied struct {
 	// IOClass and IOLevel are the I/O priority set (best-effort, 7).
 	IOClass Class
 	IOLevel int
-	// Threads is how many threads were changed.
+	// Threads is how many threads Lower set (in a re-executed process,
+	// found already lowered and set again).
 	Threads int
 }
 
@@ -45,4 +63,34 @@ type Thread struct {
 	// IOClass and IOLevel come from ioprio_get(2).
 	IOClass Class
 	IOLevel int
+}
+
+// MarkerEnv is the environment variable Reexec adds for the program it
+// re-executes. Its value is the process ID, which execve keeps: a copy
+// inherited by another process (a program the re-executed one starts, a
+// shell that exported it) names a different process and is ignored.
+const MarkerEnv = "FERRY_PRIORITY_LOWERED"
+
+// Reexecuted says whether Reexec started this process, and removes
+// MarkerEnv from the environment in any case, so that no program this
+// process starts inherits it. Call it once, early, before Reexec: a second
+// call finds the variable gone and returns false.
+func Reexecuted() bool {
+	v, ok := os.LookupEnv(MarkerEnv)
+	if !ok {
+		return false
+	}
+	_ = os.Unsetenv(MarkerEnv)
+	return v == strconv.Itoa(os.Getpid())
+}
+
+// withoutMarker is env less any MarkerEnv entry.
+func withoutMarker(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, MarkerEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

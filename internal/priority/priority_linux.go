@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -19,13 +20,18 @@ const (
 )
 
 // Lower sets SCHED_IDLE (or nice 19 where that is refused) and best-effort
-// I/O level 7 on every thread of the process.
+// I/O level 7 on every thread of the process. In a process Reexec started,
+// every thread is lowered already and Lower confirms it; elsewhere it is
+// the fallback, and cannot be exact:
 //
 // A thread started while Lower runs inherits its creator's settings at that
 // moment: from a thread not yet lowered, or lowered half (CPU but not yet
 // I/O). Lower therefore lists the threads again after each pass and stops
-// only when a listing holds no thread it has not lowered: every thread
-// started after that listing is created by a fully lowered one.
+// only when a listing holds no thread it has not lowered. That still misses
+// a thread whose creator had begun to clone it before being lowered: it
+// copies the old priority but reaches /proc/self/task only after the final
+// listing. Ten processes creating threads throughout Lower left such a
+// thread in about one try in 400.
 func Lower() (Applied, error) {
 	a := Applied{CPU: "SCHED_IDLE", IOClass: ClassBestEffort, IOLevel: lowestLevel}
 	done := make(map[int]bool)
@@ -49,6 +55,42 @@ func Lower() (Applied, error) {
 			return a, nil
 		}
 	}
+}
+
+// Reexec lowers the calling thread (SCHED_IDLE or nice 19, best-effort I/O
+// level 7) and replaces the program with a fresh run of itself on that
+// thread: /proc/self/exe with the same arguments and the same environment
+// plus MarkerEnv. The new program starts with one thread, lowered, and
+// every thread its runtime starts inherits the priority; it should call
+// Reexecuted before anything else that could lead here again.
+//
+// Reexec returns only when it could not re-execute (no /proc, a seccomp
+// filter, execve refused) or when MarkerEnv says this process is already
+// the re-executed one (a loop). The calling thread may then be lowered and
+// the others not: the caller should fall back to Lower.
+//
+// Everything else the process holds ends: goroutines, open files (Go opens
+// them close-on-exec; standard input, output and error stay), signal
+// handlers. The process ID stays, so systemd (MAINPID, WATCHDOG_PID) and a
+// parent waiting on it see the same process. Call it before starting
+// anything that should not restart.
+func Reexec() error {
+	if os.Getenv(MarkerEnv) == strconv.Itoa(os.Getpid()) {
+		return errors.New("this process is already re-executed at low priority (" + MarkerEnv + " is set for it)")
+	}
+	// The thread that is lowered must be the one that calls execve.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread() // reached only when execve failed
+	tid := unix.Gettid()
+	if _, err := lowerCPU(tid); err != nil {
+		return fmt.Errorf("lower the CPU priority of thread %d: %w", tid, err)
+	}
+	if err := setIOPrio(tid, ClassBestEffort, lowestLevel); err != nil {
+		return fmt.Errorf("lower the I/O priority of thread %d: %w", tid, err)
+	}
+	env := append(withoutMarker(os.Environ()), MarkerEnv+"="+strconv.Itoa(os.Getpid()))
+	err := unix.Exec("/proc/self/exe", os.Args, env)
+	return fmt.Errorf("re-execute /proc/self/exe: %w", err)
 }
 
 // lowerThread lowers one thread's CPU and I/O priority; a thread that has

@@ -13,3 +13,8 @@ func Lower() (Applied, error) {
 func Threads(pid int) ([]Thread, error) {
 	return nil, errors.New("reading thread priorities needs Linux")
 }
+
+// Reexec is not supported outside Linux.
+func Reexec() error {
+	return errors.New("lowering the priority needs Linux")
+}
