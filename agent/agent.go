@@ -347,6 +347,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.log.Info("agent started", zap.String("watch", a.opts.Detect.Dir), zap.String("to", a.opts.URL),
 		zap.String("layout", a.watcher.LayoutName()), zap.String("state_dir", a.opts.StateDir))
+	cancelled := ctx.Done()
 	for {
 		select {
 		case ev := <-events:
@@ -357,9 +358,12 @@ func (a *Agent) Run(ctx context.Context) error {
 				return fmt.Errorf("watch %s: %w", a.opts.Detect.Dir, err)
 			}
 			return a.drain(hard, abort, workerDone)
-		case <-ctx.Done():
+		case <-cancelled:
 			// The watcher returns on the same cancellation; its result
-			// arrives on watchErr and leads to the drain.
+			// arrives on watchErr and leads to the drain. Until then
+			// wait on the other arms (a nil channel never receives)
+			// instead of finding this one ready again at once.
+			cancelled = nil
 		}
 	}
 }
