@@ -3,6 +3,7 @@ package s3proxy_test
 import (
 	"bytes"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,7 +135,15 @@ func TestResetBeforeResponse(t *testing.T) {
 		{Ops: []string{s3proxy.OpPutObject}, Times: 1, Action: s3proxy.ResetBeforeResponse()},
 	}})
 	put(t, f.store(t), "obj", []byte("data"))
-	rs := f.px.Requests()
+	// Behind the shared server's R2 rules proxy (s3test.EnvR2Rules) a
+	// retry within a second of the write is answered 429, as R2 would,
+	// and retried again: leave those out.
+	var rs []s3proxy.Request
+	for _, r := range f.px.Requests() {
+		if r.Status != http.StatusTooManyRequests {
+			rs = append(rs, r)
+		}
+	}
 	if len(rs) != 2 || rs[0].Fault != "reset before response" || rs[0].Status != 0 || rs[1].Status != 200 {
 		t.Errorf("requests %v", rs)
 	}

@@ -3,7 +3,8 @@
 // records every request by S3 operation; it injects the faults a test asks
 // for (error statuses, connection resets before, during and after a
 // request, delays, stalls, truncated or corrupted bodies); and in R2 rules
-// mode it refuses what Cloudflare R2 refuses (see r2.go), so that R2
+// mode it refuses what Cloudflare R2 refuses (see r2.go) and answers 429 to
+// writes to one key faster than R2 allows (r2_rate.go), so that R2
 // compatibility is tested without R2.
 //
 // Requests are forwarded unchanged, Host header and escaping included, so
@@ -33,6 +34,11 @@ type Config struct {
 	Rules []Rule
 	// R2Rules refuses requests that Cloudflare R2 refuses (see r2.go).
 	R2Rules bool
+	// R2KeyWriteInterval is the least time R2 rules mode lets pass between
+	// two writes to one key; a write sooner is answered 429 (see
+	// r2_rate.go). Zero means DefaultR2KeyWriteInterval (1 s, R2's limit);
+	// tests shorten it; negative turns the rule off.
+	R2KeyWriteInterval time.Duration
 	// Seed seeds the source Rule.Probability draws from; 0 picks a seed from
 	// the clock. Proxy.Seed reports it, for the test log.
 	Seed int64
@@ -65,6 +71,10 @@ type Request struct {
 	Fault string
 	// Rejected says which R2 rule refused the request and why, "" if none.
 	Rejected string
+	// Throttled says why the R2 rules' per-key write rate answered the
+	// request 429, "" if it did not. Unlike Rejected it marks no mistake
+	// of the client's: R2 answers so to any writer racing for a key.
+	Throttled string
 	// Time is when the request arrived.
 	Time time.Time
 }
@@ -82,19 +92,24 @@ func (r Request) String() string {
 	if r.Rejected != "" {
 		s += " R2 rules: " + r.Rejected
 	}
+	if r.Throttled != "" {
+		s += " R2 write rate: " + r.Throttled
+	}
 	return s
 }
 
 // Proxy is a running fault-injecting proxy. Its methods are safe for
 // concurrent use.
 type Proxy struct {
-	target     *url.URL
-	transport  http.RoundTripper
-	ownsTr     bool
-	r2         bool
-	seed       int64
-	maxRecords int
-	logf       func(format string, args ...any)
+	target    *url.URL
+	transport http.RoundTripper
+	ownsTr    bool
+	r2        bool
+	// keyInterval is the per-key write interval of the R2 rules, <= 0 off.
+	keyInterval time.Duration
+	seed        int64
+	maxRecords  int
+	logf        func(format string, args ...any)
 
 	srv     *http.Server
 	ln      net.Listener
@@ -114,6 +129,13 @@ type Proxy struct {
 	records    []*Request
 	violations []*Request
 	uploads    map[string]*upload
+	// keyWrites is the last write to each recently written bucket/key
+	// (r2_rate.go), swept at keySweep; throttled the requests answered 429
+	// for it (the first maxRecords), throttledN how many.
+	keyWrites  map[string]*keyWrite
+	keySweep   time.Time
+	throttled  []*Request
+	throttledN int
 }
 
 // New returns a proxy to target (e.g. http://127.0.0.1:7070); Start starts
@@ -136,6 +158,13 @@ func New(target string, cfg Config) (*Proxy, error) {
 		closing:    make(chan struct{}),
 		counts:     map[string]int{},
 		uploads:    map[string]*upload{},
+		keyWrites:  map[string]*keyWrite{},
+	}
+	switch {
+	case cfg.R2KeyWriteInterval == 0:
+		p.keyInterval = DefaultR2KeyWriteInterval
+	case cfg.R2KeyWriteInterval > 0:
+		p.keyInterval = cfg.R2KeyWriteInterval
 	}
 	if p.seed == 0 {
 		p.seed = time.Now().UnixNano()
@@ -294,7 +323,8 @@ func (p *Proxy) Requests() []Request {
 }
 
 // Violations returns every request the R2 rules refused since the proxy
-// started (Reset does not clear them).
+// started (Reset does not clear them). Writes answered 429 for the per-key
+// write rate are not among them: see Throttled.
 func (p *Proxy) Violations() []Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -306,7 +336,8 @@ func (p *Proxy) Violations() []Request {
 }
 
 // Reset clears the counts (connections included) and recorded requests.
-// Rules and what the R2 rules track about multipart uploads are kept.
+// Rules and what the R2 rules track about multipart uploads and recent
+// writes are kept.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -31,6 +31,10 @@ import (
 //	CompleteMultipartUpload: a non-final part under 5 MiB    400 EntityTooSmall [mp]
 //	CompleteMultipartUpload: non-final parts of unequal      400 InvalidPart "All non-trailing parts
 //	  size, or a final part larger than the others               must have the same length." [mp] [err]
+//	PutObject, CopyObject or CompleteMultipartUpload to a    429 TooManyRequests "Reduce your concurrent
+//	  key with a write in flight or one let through less         request rate for the same object." [rate]
+//	  than Config.R2KeyWriteInterval (default 1 s) before;       Not a violation: recorded as Throttled
+//	  a write answered 412 counts [cond] (r2_rate.go)            (R2 answers any racing writer so)
 //
 // PutObject accepts a checksum of any of the five algorithms: checksum types
 // (full object or composite) describe multipart uploads only.
@@ -59,6 +63,19 @@ import (
 //	       just stalls. The proxy refuses it so that the mistake is loud.
 //	[lim]  developers.cloudflare.com/r2/reference/limits/: object keys up to 1,024 bytes; a
 //	       single PUT up to 5 GiB - 5 MiB.
+//	[rate] developers.cloudflare.com/r2/platform/limits/: "Maximum concurrent writes to the same
+//	       object name (key): 1 per second"; higher rates get HTTP 429. developers.cloudflare.com/
+//	       r2/api/error-codes/ (cloudflare-docs src/content/docs/r2/api/error-codes.mdx): error
+//	       10058, S3 code TooManyRequests, HTTP 429, "often caused by multiple concurrent requests
+//	       to the same object key (limit: 1 write/second per key)". The message is the one R2's
+//	       Workers API sends with 10058 ("put: Reduce your concurrent request rate for the same
+//	       object. (10058)", quoted by public code that met it); the S3 API's wording is not
+//	       documented, and one public report saw it with the code ServiceUnavailable: clients
+//	       should go by the 429. Which operations count is our reading: the limit names writes,
+//	       so PutObject, CopyObject and CompleteMultipartUpload; deletes are not counted.
+//	[cond] A conditional write answered 412 still reached the key and is billed as a write
+//	       (../shared/R2-NOTES.md); R2 does not document whether its limiter counts it. We count
+//	       it, the stricter choice: losers of a create-only race keep the key busy too.
 //
 // Part sizes are those of the UploadPart requests the server accepted
 // through this proxy (x-amz-decoded-content-length for aws-chunked bodies).
@@ -109,15 +126,20 @@ func refusal(status int, code, message, detail string, args ...any) *violation {
 	return &violation{status: status, code: code, message: message, detail: fmt.Sprintf(detail, args...)}
 }
 
-// refuse answers a request that breaks an R2 rule and records it.
-func (p *Proxy) refuse(ex *exchange, v *violation) {
-	// Read a body of ordinary size first, so that the client reads the
-	// answer rather than failing to send the rest and retrying. Huge ones
-	// (refused for their size) and those waiting for 100 Continue are left
-	// unread; Go then closes the connection after the answer.
+// drainBody reads a request body of ordinary size before the proxy
+// answers without forwarding, so that the client reads the answer rather
+// than failing to send the rest and retrying. Huge ones (refused for their
+// size) and those waiting for 100 Continue are left unread; Go then closes
+// the connection after the answer.
+func drainBody(ex *exchange) {
 	if n := ex.r.ContentLength; n > 0 && n <= maxDrain && ex.r.Header.Get("Expect") == "" {
 		_, _ = io.Copy(io.Discard, io.LimitReader(ex.r.Body, maxDrain))
 	}
+}
+
+// refuse answers a request that breaks an R2 rule and records it.
+func (p *Proxy) refuse(ex *exchange, v *violation) {
+	drainBody(ex)
 	p.mu.Lock()
 	ex.rec.Rejected = v.detail
 	p.violations = append(p.violations, ex.rec)

@@ -176,10 +176,12 @@ func TestR2OneChecksum(t *testing.T) {
 	body := []byte("body")
 	md5sum := md5.Sum(body)
 	contentMD5 := base64.StdEncoding.EncodeToString(md5sum[:])
-	in := func() *s3.PutObjectInput {
-		return &s3.PutObjectInput{Bucket: aws.String(f.bucket), Key: aws.String("k"), Body: bytes.NewReader(body)}
+	// A key each: two writes to one key within a second would meet R2's
+	// per-key write rate.
+	in := func(key string) *s3.PutObjectInput {
+		return &s3.PutObjectInput{Bucket: aws.String(f.bucket), Key: aws.String(key), Body: bytes.NewReader(body)}
 	}
-	both := in()
+	both := in("both")
 	both.ContentMD5, both.ChecksumCRC32C = aws.String(contentMD5), aws.String(store.CRC32C(body))
 	_, err := client.PutObject(t.Context(), both)
 	f.refused(t, err, http.StatusBadRequest, "InvalidRequest", "Content-MD5 together with x-amz-checksum-crc32c")
@@ -187,12 +189,12 @@ func TestR2OneChecksum(t *testing.T) {
 		t.Errorf("error %q lacks R2's message", err)
 	}
 	n := len(f.px.Violations())
-	onlyMD5 := in()
+	onlyMD5 := in("md5")
 	onlyMD5.ContentMD5 = aws.String(contentMD5)
 	if _, err := client.PutObject(t.Context(), onlyMD5); err != nil {
 		t.Errorf("Content-MD5 alone: %v", err)
 	}
-	sha := in()
+	sha := in("sha256")
 	sum := sha256.Sum256(body)
 	sha.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 	if _, err := client.PutObject(t.Context(), sha); err != nil {

@@ -139,6 +139,13 @@ func (c *countingReader) Close() error { return nil }
 // act to the response.
 func (p *Proxy) forward(ex *exchange, act Action) {
 	r := ex.r
+	// The per-key write rate applies to what reaches the server: after
+	// the rules' delays and barriers, before the server sees the write.
+	slot, v := p.admitWrite(ex)
+	if v != nil {
+		p.throttle(ex, v)
+		return
+	}
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	out.URL.Scheme, out.URL.Host = p.target.Scheme, p.target.Host
@@ -160,6 +167,7 @@ func (p *Proxy) forward(ex *exchange, act Action) {
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
+		p.settleWrite(slot, 0)
 		if r.Context().Err() != nil {
 			panic(http.ErrAbortHandler) // the client left; nobody to answer
 		}
@@ -167,6 +175,7 @@ func (p *Proxy) forward(ex *exchange, act Action) {
 		return
 	}
 	defer resp.Body.Close()
+	p.settleWrite(slot, resp.StatusCode)
 	if p.r2 {
 		p.r2Observe(ex, resp, counted.n)
 	}
