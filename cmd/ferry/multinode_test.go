@@ -406,27 +406,40 @@ func TestCLIMultiNodeRestartedRun(t *testing.T) {
 
 // TestCLIMultiNodeFinishTogether releases the part PUTs of 32 `ferry push`
 // processes at the same moment and holds their listings until all parts
-// landed (barriers in the proxy), so that every node sees the set complete:
-// one node merges, the others wait for its marker. GETs in all stay within 2N + 8 (before the merge claim, every node
-// that saw the set complete read all N parts).
+// landed (barriers in the proxy), so that every node sees the set complete,
+// then releases their 32 create-only claim PUTs at once: the herd of a
+// large job finishing a step together. The proxy applies R2's rules,
+// among them its limit of one write a second per key, so one claim is
+// answered 200 and the 31 others 429; the manifest PUT is answered 429
+// once too. One node merges, the others find the claim taken (a 429 on a
+// create-only PUT is resolved by a HEAD, not by waiting for a write slot
+// of its own) and wait for its marker. GETs in all stay within 2N + 8
+// (before the merge claim, every node that saw the set complete read all
+// N parts). The committed manifest is the merge of the 32 parts and
+// restores every node's files.
 func TestCLIMultiNodeFinishTogether(t *testing.T) {
 	const nodes = 32
 	srv := s3test.Shared(t)
-	view, px := srv.WithProxy(t, s3proxy.Config{})
+	view, px := srv.WithProxy(t, s3proxy.Config{R2Rules: true})
 	bucket := view.NewBucket(t)
 	url := "s3://" + bucket + "/run"
 	set := manifest.PartSet{Step: 7, Nodes: nodes}
+	claimKey, manifestKey := manifest.ClaimKey("run", set), manifest.ManifestKey("run", set.Step)
 	// Every node's part PUT waits for all others; then every node's LIST of
 	// the parts (its second LIST) waits for all others, so that each lists
-	// after every part landed: the worst case for the merge.
+	// after every part landed: the worst case for the merge. Their claim
+	// PUTs wait for each other too.
 	if err := px.SetRules(
 		s3proxy.Rule{Ops: []string{s3proxy.OpPutObject}, KeyPrefix: manifest.StepPartsPrefix("run", set) + "node-",
 			Times: nodes, Action: s3proxy.Barrier(nodes, 2*time.Minute)},
 		s3proxy.Rule{Ops: []string{s3proxy.OpListObjectsV2}, After: nodes, Times: nodes, Action: s3proxy.Barrier(nodes, 2*time.Minute)},
+		s3proxy.Rule{Ops: []string{s3proxy.OpPutObject}, KeyPrefix: claimKey, Times: nodes, Action: s3proxy.Barrier(nodes, 2*time.Minute)},
+		s3proxy.Rule{Ops: []string{s3proxy.OpPutObject}, KeyPrefix: manifestKey, Times: 1, Action: s3proxy.TooManyRequests()},
 	); err != nil {
 		t.Fatal(err)
 	}
 	dirs := rankDirs(t, nodes, 1, 100, 7)
+	start := time.Now()
 	waits := make([]func() result, nodes)
 	for k := range nodes {
 		_, waits[k] = startFerry(t, view, "push", "--to", url, "--step", "7", "--nodes", fmt.Sprint(nodes), "--node-rank", fmt.Sprint(k),
@@ -443,27 +456,85 @@ func TestCLIMultiNodeFinishTogether(t *testing.T) {
 			byPeer++
 		}
 	}
+	elapsed := time.Since(start)
 	if committed != 1 || byPeer != nodes-1 {
 		t.Fatalf("%d nodes wrote the manifest and %d saw a peer commit it; want 1 and %d", committed, byPeer, nodes-1)
 	}
 	var gets, partGets int
+	claims, manifestPuts := map[int]int{}, map[int]int{}
 	for _, r := range px.Requests() {
-		if r.Op == s3proxy.OpGetObject {
+		switch {
+		case r.Op == s3proxy.OpGetObject:
 			gets++
 			// Reads of parts that are there: the merge (each node's
 			// check for its own part before uploading finds none).
 			if _, _, ok := manifest.ParsePartKey("run", r.Key); ok && r.Status == http.StatusOK {
 				partGets++
 			}
+		case r.Op == s3proxy.OpPutObject && r.Key == claimKey:
+			claims[r.Status]++
+		case r.Op == s3proxy.OpPutObject && r.Key == manifestKey:
+			manifestPuts[r.Status]++
 		}
 	}
-	t.Logf("requests: %v; GETs %d, of parts found %d", px.Counts(), gets, partGets)
+	_, throttled := px.Throttled()
+	t.Logf("%d nodes in %v; requests: %v; GETs %d, of parts found %d; claim PUTs answered %v, manifest PUTs %v; %d writes answered 429 by the R2 rules",
+		nodes, elapsed.Round(time.Millisecond), px.Counts(), gets, partGets, claims, manifestPuts, throttled)
 	if gets > 2*nodes+8 || partGets > nodes+nodes/4 {
 		t.Fatalf("%d GETs (%d of parts) for %d nodes; want at most %d (%d)", gets, partGets, nodes, 2*nodes+8, nodes+nodes/4)
 	}
+	// Released together, one claim is let through and the others meet
+	// R2's write rate; a node retries its claim only if it found no
+	// claim there after the 429, and then gets 412 or 429 again.
+	other := 0
+	for status, n := range claims {
+		if status != http.StatusOK && status != http.StatusTooManyRequests && status != http.StatusPreconditionFailed {
+			other += n
+		}
+	}
+	if claims[http.StatusOK] != 1 || claims[http.StatusTooManyRequests] < nodes-1 || other != 0 {
+		t.Errorf("claim PUTs answered %v; want one 200, at least %d 429s, any others 412", claims, nodes-1)
+	}
+	// A loser that retried its claim until a write slot let it through
+	// to learn 412 (R2 lets one a second through) would make this about
+	// 7N claim PUTs and a minute for 32 nodes.
+	if n := claims[http.StatusOK] + claims[http.StatusTooManyRequests] + claims[http.StatusPreconditionFailed]; n > 2*nodes {
+		t.Errorf("%d claim PUTs for %d nodes (%v); want at most %d", n, nodes, claims, 2*nodes)
+	}
+	if manifestPuts[http.StatusTooManyRequests] != 1 || manifestPuts[http.StatusOK] != 1 {
+		t.Errorf("manifest PUTs answered %v; want the 429 retried into one 200", manifestPuts)
+	}
+	if v := px.Violations(); len(v) != 0 {
+		t.Errorf("the R2 rules refused %d requests: %v", len(v), v)
+	}
+
+	// Exactly one manifest, the merge of every node's part, restoring
+	// every node's files.
 	var rows []stepSummary
 	decodeJSON(t, ferry(t, srv, "list", "--from", url, "--json").must(t, 0).stdout, &rows)
 	if len(rows) != 1 || rows[0].Files != nodes+1 {
 		t.Fatalf("list: %+v, want step 7 with %d files", rows, nodes+1)
+	}
+	st := srv.Store(t, bucket)
+	parts := make([]*manifest.Part, nodes)
+	for k := range nodes {
+		p, err := manifest.GetPart(context.Background(), st, "run", set, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts[k] = p
+	}
+	want, err := manifest.MergeParts(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBytes, _ := manifest.Encode(want)
+	if got := ferry(t, srv, "show", "--from", url, "--step", "7").must(t, 0).stdout; got != string(wantBytes) {
+		t.Fatalf("committed manifest differs from the merge of its parts:\n%s\nwant\n%s", got, wantBytes)
+	}
+	dst := t.TempDir()
+	ferry(t, srv, "restore", "--from", url, "--to", dst).must(t, 0)
+	for k := range nodes {
+		sameTree(t, dirs[k], dst)
 	}
 }

@@ -94,6 +94,8 @@ type Store struct {
 	// endpoint is the resolved endpoint ("" for AWS S3), for error messages.
 	endpoint string
 	log      *zap.Logger
+	// maxAttempts bounds the 429s a conditional PUT resolves (conditional.go).
+	maxAttempts int
 }
 
 // New builds a Store from cfg. It makes no request: a missing bucket or bad
@@ -156,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.ContinueHeaderThresholdBytes = -1
 		o.APIOptions = append(o.APIOptions, addAttemptMiddleware(cfg.OnRequest, log))
 	})
-	return &Store{client: client, bucket: cfg.Bucket, endpoint: endpoint, log: log}, nil
+	return &Store{client: client, bucket: cfg.Bucket, endpoint: endpoint, log: log, maxAttempts: cfg.MaxAttempts}, nil
 }
 
 // Bucket returns the bucket the store writes to.

@@ -66,9 +66,23 @@ func (s *Store) Put(ctx context.Context, key string, body io.ReadSeeker, size in
 	if opts.ContentType != "" {
 		in.ContentType = aws.String(opts.ContentType)
 	}
-	out, err := s.client.PutObject(ctx, in, unsignedPayload)
+	conditional := opts.IfNoneMatch || opts.IfMatch != ""
+	var out *s3.PutObjectOutput
+	var err error
+	if conditional {
+		var lost bool
+		if out, lost, err = s.putConditional(ctx, in, body, size, opts); lost {
+			return store.ObjectInfo{}, &storeError{
+				msg:     what + ": " + store.ErrPreconditionFailed.Error() + " (found after 429 Too Many Requests)",
+				targets: []error{store.ErrPreconditionFailed},
+				cause:   err,
+			}
+		}
+	} else {
+		out, err = s.client.PutObject(ctx, in, unsignedPayload)
+	}
 	if err != nil {
-		return store.ObjectInfo{}, s.mapErr(err, what, opts.IfNoneMatch || opts.IfMatch != "")
+		return store.ObjectInfo{}, s.mapErr(err, what, conditional)
 	}
 	return store.ObjectInfo{Key: key, Size: size, ETag: aws.ToString(out.ETag)}, nil
 }
