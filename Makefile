@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOTEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build tools test test-r2 unit demo e2e lint fmt clean
+.PHONY: all build tools test test-r2 test-writers unit demo e2e lint fmt clean
 
 all: build
 
@@ -37,6 +37,13 @@ test: tools
 R2_SUITES := ./cmd/ferry/ ./internal/s3store/ ./internal/s3test/ ./uploader/ ./restore/ ./agent/
 test-r2: tools
 	FERRY_S3TEST_R2RULES=1 FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) $(R2_SUITES)
+
+## test-writers: the writer-pattern suite in full (cmd/ferry
+## TestWriterPatterns): every trainer save order of every layout against
+## `ferry agent` at its defaults, each restored and compared byte for byte
+## with the trainer's final files; `make test` runs its fast rows
+test-writers: tools
+	FERRY_WRITER_SUITE=full FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^TestWriterPatterns$$' ./cmd/ferry/
 
 ## unit: only the tests that need no S3 server
 unit:

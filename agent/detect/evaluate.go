@@ -161,10 +161,11 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 	e := w.engine
 	if why := e.blocked(c); why != "" {
 		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
-		if now.Sub(since) >= e.opts.Settle {
-			e.warnStuck(c, why)
-		}
 		p := pendingOf(c, "waiting", why, since)
+		if warnAt := since.Add(e.opts.Settle); now.Before(warnAt) {
+			return &p, warnAt // wake then to warn if it still waits
+		}
+		e.warnStuck(c, why)
 		return &p, time.Time{}
 	}
 	if e.fastPath(c) {

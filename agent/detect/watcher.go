@@ -116,7 +116,7 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 			}
 		}
 	}
-	l := &loop{w: w, ctx: ctx, out: out, dirty: map[string]struct{}{}}
+	l := &loop{w: w, ctx: ctx, out: out, dirty: map[string]struct{}{}, created: map[string]bool{}}
 	l.debounce = stoppedTimer()
 	l.settle = stoppedTimer()
 	ticker := time.NewTicker(interval)
@@ -162,10 +162,14 @@ func stoppedTimer() *time.Timer {
 
 // loop is the state of one Run.
 type loop struct {
-	w        *Watcher
-	ctx      context.Context
-	out      chan<- Event
-	dirty    map[string]struct{}
+	w     *Watcher
+	ctx   context.Context
+	out   chan<- Event
+	dirty map[string]struct{}
+	// created holds the paths of the window's Create events: a folder
+	// created where one was known was removed and created again, and must
+	// be watched and listed anew (its inode may even be the old one's).
+	created  map[string]bool
 	debounce *time.Timer
 	armed    bool
 	settle   *time.Timer
@@ -193,6 +197,9 @@ func (l *loop) event(ev fsnotify.Event) {
 		return
 	}
 	l.dirty[rel] = struct{}{}
+	if ev.Has(fsnotify.Create) {
+		l.created[rel] = true
+	}
 	l.arm()
 }
 
@@ -206,10 +213,15 @@ func (l *loop) arm() {
 
 func (l *loop) applyEvents() error {
 	l.armed = false
-	dirty := l.dirty
-	l.dirty = map[string]struct{}{}
+	dirty, created := l.dirty, l.created
+	l.dirty, l.created = map[string]struct{}{}, map[string]bool{}
 	for p := range dirty {
 		l.w.tree.refresh(p, l.w.watchDir)
+	}
+	for p := range created {
+		if e, ok := l.w.tree.Get(p); ok && e.IsDir() {
+			_ = l.w.tree.scanDir(p, true, l.w.watchDir) // errors land in the entry
+		}
 	}
 	return l.evaluate(dirty)
 }
