@@ -20,6 +20,8 @@ type Summary struct {
 	Files   int       `json:"files"`
 	Bytes   int64     `json:"bytes"`
 	Created time.Time `json:"created"`
+	// Revision is the manifest's revision (Manifest.Revision).
+	Revision int `json:"revision,omitempty"`
 }
 
 // Summaries reads the committed steps' manifests, the newest last of them
@@ -41,7 +43,7 @@ func Summaries(ctx context.Context, st store.Store, prefix string, last int) ([]
 			if err != nil {
 				return fmt.Errorf("step %d: %w", step, err)
 			}
-			sum := Summary{Step: m.Step, Files: len(m.Files), Bytes: m.TotalBytes(), Created: m.Created}
+			sum := Summary{Step: m.Step, Files: len(m.Files), Bytes: m.TotalBytes(), Created: m.Created, Revision: m.Revision}
 			for _, sh := range m.Shards {
 				sum.Files += sh.Files
 				sum.Bytes += sh.Bytes

@@ -68,7 +68,11 @@ func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tFILES\tBYTES\tCREATED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", r.Step, r.Files, units.FormatBytes(r.Bytes), r.Created.Format(time.RFC3339))
+		rev := ""
+		if r.Revision > 0 {
+			rev = fmt.Sprintf(" (revision %d)", r.Revision)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s%s\n", r.Step, r.Files, units.FormatBytes(r.Bytes), r.Created.Format(time.RFC3339), rev)
 	}
 	return tw.Flush()
 }
