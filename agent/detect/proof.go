@@ -147,6 +147,10 @@ func stuckHint(why string) string {
 		return "a node without global rank 0 never sees the marker: run its agent with --no-marker"
 	case strings.HasPrefix(why, "step folder "):
 		return "ferry does not follow links: watch the link's target, or save into the watched directory"
+	case strings.Contains(why, "latest-rank"):
+		return "a rank's latest link names an earlier batch: remove the link of a rank that no longer saves"
+	case strings.HasPrefix(why, "optimizer states "):
+		return "a rank wrote its model states but not yet its optimizer states"
 	}
 	return "see ferry status"
 }
