@@ -101,6 +101,27 @@ scale:
 	$(GO) run ./bench/scale -out bench-results/scale.json $(SCALE_FLAGS)
 
 .PHONY: bench bench-go bench-deps
+## bench-wan: the upload, restore and time-to-durable comparison again with
+## every tool reaching the server through toxiproxy (latency each way, a
+## bandwidth cap per connection), at each of WAN_LINKS; results in
+## bench-results/wan-<rtt>/. BENCH_FLAGS as for bench.
+TOXIPROXY         := $(TOOLS)/toxiproxy/server
+TOXIPROXY_VERSION := v2.5.0
+WAN_LINKS         ?= 0ms,100MB 30ms,100MB 80ms,50MB 150ms,25MB
+WAN_FLAGS         ?= -files 8 -size 128MiB -small 1000x256KiB -rounds 2 -phases upload,restore,durable
+bench-wan: tools $(S5CMD) $(TOXIPROXY) bench-deps
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
+	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim
+	$(GO) build -o $(BIN)/ferry-bench ./bench
+	for link in $(WAN_LINKS); do \
+		$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -trainsim $(BIN)/bench/ferry-trainsim -versitygw $(VERSITYGW) -s5cmd $(S5CMD) \
+			-toxiproxy $(TOXIPROXY) -wan $$link -out bench-results/wan-$${link%%,*} $(WAN_FLAGS) $(BENCH_FLAGS) || exit 1; \
+	done
+
+$(TOXIPROXY):
+	@mkdir -p $(dir $(TOXIPROXY))
+	GOBIN=$(dir $(TOXIPROXY)) $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+
 bench: tools $(S5CMD) bench-deps
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim

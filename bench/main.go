@@ -45,6 +45,9 @@ type config struct {
 	skipB3      bool
 	perfProfile bool
 	tls         bool
+	// wan, when set, puts toxiproxy between every tool and the server.
+	wan       *wanLink
+	toxiproxy string
 
 	ferry, trainsim, versitygw, s5cmd, aws, b3sum string
 }
@@ -75,8 +78,18 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.b3sum, "b3sum", "/usr/bin/b3sum", "b3sum binary")
 	fs.BoolVar(&c.skipB3, "no-b3sum", false, "skip the b3sum comparison")
 	fs.BoolVar(&c.tls, "tls", false, "serve HTTPS (a throwaway CA handed to every tool with AWS_CA_BUNDLE), as R2 is HTTPS-only")
+	var wan string
+	fs.StringVar(&wan, "wan", "", "reach the server through toxiproxy: RTT,RATE per connection each way, e.g. 80ms,50MB (the internet to R2)")
+	fs.StringVar(&c.toxiproxy, "toxiproxy", "tools/bin/toxiproxy/server", "toxiproxy server binary (Shopify/toxiproxy cmd/server), for -wan")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if wan != "" {
+		l, err := parseWAN(wan)
+		if err != nil {
+			return c, err
+		}
+		c.wan = &l
 	}
 	if *quick {
 		c.files, size, c.rounds, c.idle = 4, "64MiB", 1, 10*time.Second

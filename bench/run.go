@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,17 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	defer b.srv.stop()
 	log.Printf("versitygw on %s, scratch in %s", b.srv.endpoint, work)
+	if cfg.wan != nil {
+		scheme, host, _ := strings.Cut(b.srv.endpoint, "://")
+		tp, err := startWAN(cfg.toxiproxy, host, *cfg.wan)
+		if err != nil {
+			return err
+		}
+		defer tp.stop()
+		b.srv.endpoint = scheme + "://" + tp.Addr
+		log.Printf("every tool reaches the server through toxiproxy on %s: %s", tp.Addr, cfg.wan)
+		b.rep.note("link: every tool and the agent reached the server through toxiproxy: %s", cfg.wan)
+	}
 	if b.ts, err = newToolset(cfg, b.srv, work); err != nil {
 		return err
 	}
@@ -166,6 +178,9 @@ func (b *bench) compare(ctx context.Context) error {
 
 func checkBinaries(cfg config) error {
 	need := map[string]string{"ferry": cfg.ferry, "versitygw": cfg.versitygw, "GNU time (Debian: time)": timeBin}
+	if cfg.wan != nil {
+		need["toxiproxy"] = cfg.toxiproxy
+	}
 	for _, t := range cfg.tools {
 		switch t {
 		case "aws":
