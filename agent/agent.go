@@ -324,6 +324,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 
 	if err := a.loadRemote(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting: nothing found yet, nothing to drain.
+			return nil
+		}
 		return err
 	}
 	events := make(chan detect.Event)
