@@ -76,7 +76,7 @@ var ErrHashMismatch = errors.New("BLAKE3 mismatch")
 // worker fetches chunks until the queue closes. Chunk errors go to the
 // chunk's file, whose goroutine reports them with the file's name.
 func (r *restorer) worker(ctx context.Context) {
-	w := &chunkWriter{r: r, buf: alignedBuffer(copyBufSize, directBufAlign), h: new(blake3tree.Range), whole: blake3.New()}
+	w := &chunkWriter{r: r, h: new(blake3tree.Range), whole: blake3.New()}
 	for {
 		t, i, ok := r.queue.pop()
 		if !ok {
@@ -113,6 +113,18 @@ type chunkWriter struct {
 // and re-requests the remaining range when a body breaks.
 func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 	off, end := t.span(i)
+	weight := min(max(end-off, minGetWeight), w.r.opts.InFlightBytes)
+	if err := w.r.inflight.Acquire(ctx, weight); err != nil {
+		return err
+	}
+	defer w.r.inflight.Release(weight)
+	class := bufClass(end - off)
+	w.buf = w.r.getBuffer(class)
+	defer func() {
+		b := w.buf
+		w.r.bufs[class].Put(&b)
+		w.buf = nil
+	}()
 	if t.chunks == 1 {
 		w.whole.Reset()
 		w.hw = w.whole
@@ -137,8 +149,10 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		}
 		start := w.pos
 		requests++
+		asked := time.Now()
 		rc, err := w.r.store.Get(ctx, key, w.pos, want)
 		if err == nil {
+			w.r.ttfb.observe(time.Since(asked))
 			rc = guardBody(rc, w.r.opts.LowSpeedLimit, w.r.opts.LowSpeedTime)
 			err = w.copy(ctx, rc)
 			rc.Close()
@@ -491,4 +505,32 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// minGetWeight is what a GET counts against the byte budget at least: a
+// GET of a few bytes still costs a round trip and a buffer.
+const minGetWeight = 64 << 10
+
+// bufClasses are the copy buffer sizes: a GET's buffer is the smallest that
+// holds its range (the extra byte asked for past a file's end never comes
+// from a well-formed object: a read past the buffer finds it), or the largest, so that
+// hundreds of small GETs in flight do not each hold a MiB.
+var bufClasses = [...]int{64 << 10, 256 << 10, copyBufSize}
+
+// bufClass returns the index in bufClasses of a range of n bytes.
+func bufClass(n int64) int {
+	for i, c := range bufClasses {
+		if n <= int64(c) {
+			return i
+		}
+	}
+	return len(bufClasses) - 1
+}
+
+// getBuffer returns an aligned copy buffer of class c from its pool.
+func (r *restorer) getBuffer(c int) []byte {
+	if b, ok := r.bufs[c].Get().(*[]byte); ok {
+		return *b
+	}
+	return alignedBuffer(bufClasses[c], directBufAlign)
 }

@@ -23,10 +23,11 @@ type queue struct {
 	idle   *sync.Cond // a transfer's last chunk in flight finished
 	h      transferHeap
 	closed bool
+	done   chan struct{} // closed by close
 }
 
 func newQueue() *queue {
-	q := &queue{}
+	q := &queue{done: make(chan struct{})}
 	q.cond = sync.NewCond(&q.mu)
 	q.idle = sync.NewCond(&q.mu)
 	return q
@@ -92,9 +93,19 @@ func (q *queue) drop(t *transfer) {
 
 func (q *queue) close() {
 	q.mu.Lock()
-	q.closed = true
+	if !q.closed {
+		q.closed = true
+		close(q.done)
+	}
 	q.cond.Broadcast()
 	q.mu.Unlock()
+}
+
+// waiting reports whether chunks wait for a worker.
+func (q *queue) waiting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.h) > 0
 }
 
 type transferHeap []*transfer

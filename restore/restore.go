@@ -38,6 +38,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/zeebo/blake3"
+	"golang.org/x/sync/semaphore"
 )
 
 // LatestStep asks Restore for the highest committed step.
@@ -49,8 +50,13 @@ const LatestStep int64 = -1
 // 2.3-2.8 s in 64 MiB ranges (4 alternated runs each, restore wall
 // 2.1-2.3 s against 2.6-3.0 s); 16 MiB ranges were no better than 32.
 const (
-	DefaultConcurrency = 16
+	DefaultConcurrency = 256
 	DefaultChunkSize   = 32 << 20
+	// DefaultInFlightChunks sizes the default byte budget of the GETs in
+	// flight: 16 chunks of the chunk size (512 MiB). Small files, each a
+	// GET and a round trip, get up to Concurrency GETs at once; big ones
+	// 16 ranges, as before.
+	DefaultInFlightChunks = 16
 )
 
 // Options say what to restore where.
@@ -64,11 +70,17 @@ type Options struct {
 	// Step is the step to restore; LatestStep (any negative value) means
 	// the highest committed step. Note that the zero value is step 0.
 	Step int64
-	// Concurrency is the number of ranged GETs in flight across all files
-	// (default DefaultConcurrency). Memory is about Concurrency x 1 MiB
-	// (a copy buffer per GET, hashed as it is written) plus a 256 KiB
-	// read-back buffer for each existing file being checked.
+	// Concurrency caps the ranged GETs in flight across all files
+	// (default DefaultConcurrency). What is in flight is sized by bytes
+	// (InFlightBytes): a GET takes its range's length from the budget.
+	// Memory is a copy buffer per GET sized to its range (at most 1 MiB,
+	// so about InFlightBytes/ChunkSize MiB for big files and Concurrency x
+	// 64-256 KiB for small ones) plus a 256 KiB read-back buffer for each
+	// existing file being checked.
 	Concurrency int
+	// InFlightBytes bounds the bytes of the GETs in flight (default
+	// DefaultInFlightChunks x ChunkSize).
+	InFlightBytes int64
 	// ChunkSize is the size of one ranged GET (default DefaultChunkSize),
 	// rounded down to a power of two (at least 1 KiB) so that every chunk
 	// is a subtree of the file's BLAKE3 tree and is hashed by the worker
@@ -162,6 +174,10 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
 	}
+	if opts.InFlightBytes <= 0 {
+		opts.InFlightBytes = DefaultInFlightChunks * opts.ChunkSize
+	}
+	opts.InFlightBytes = max(opts.InFlightBytes, minGetWeight)
 	if opts.LowSpeedLimit == 0 {
 		opts.LowSpeedLimit = DefaultLowSpeedLimit
 	}
@@ -209,10 +225,15 @@ func find(ctx context.Context, opts Options) (*manifest.Manifest, error) {
 
 // restorer holds the state of one Restore call.
 type restorer struct {
-	opts     Options
-	store    store.Store
-	log      *zap.Logger
-	queue    *queue
+	opts  Options
+	store store.Store
+	log   *zap.Logger
+	queue *queue
+	// inflight is the byte budget of the GETs in flight; bufs are the copy
+	// buffers by size class (see getBuffer).
+	inflight *semaphore.Weighted
+	bufs     [len(bufClasses)]sync.Pool
+	ttfb     ttfbMeter // sizes the worker pool (adapt.go)
 	hashBufs sync.Pool
 	root     *os.Root // the target directory; all writes go through it
 	// dirRoots are folders of the target opened as roots of their own,
@@ -278,7 +299,8 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 }
 
 func newRestorer(opts Options, p *plan) *restorer {
-	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
+	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{},
+		inflight: semaphore.NewWeighted(opts.InFlightBytes)}
 	r.hashBufs.New = func() any { return &hashScratch{buf: make([]byte, hashBufSize), h: blake3.New()} }
 	for _, f := range p.files {
 		r.total += f.file.Size
@@ -315,33 +337,36 @@ func (r *restorer) run(ctx context.Context, p *plan) (err error) {
 	return r.syncAllDirs(ctx)
 }
 
-// fetchAll restores every planned file. A pool of Concurrency workers serves
-// ranged GETs for all files; each file has its own goroutine that checks an
-// existing copy, hashes behind the download and places the result. At most
-// 2 x Concurrency files are open at once, which bounds file descriptors and
-// read-back buffers however many files the checkpoint has.
+// fetchAll restores every planned file. A pool of workers (adapt.go: 16,
+// growing to Concurrency with the time to first byte) serves ranged GETs
+// for all files, within the byte budget; each file has its own goroutine
+// that checks an existing copy, hashes behind the download and places the
+// result. Open files are twice the base pool plus one for each worker the
+// pool grew by, which bounds file descriptors and read-back buffers however
+// many files the checkpoint has.
 func (r *restorer) fetchAll(ctx context.Context, p *plan) error {
 	// The workers see the group's context: the first failing file stops
 	// every GET, not just its own.
 	g, gctx := errgroup.WithContext(ctx)
 	stop := context.AfterFunc(gctx, r.queue.close)
 	defer stop()
+	files := newFileGate(r.opts.Concurrency)
 	var workers sync.WaitGroup
-	for range r.opts.Concurrency {
-		workers.Go(func() { r.worker(gctx) })
-	}
+	workers.Go(func() { r.runWorkers(gctx, files) })
 	defer func() {
 		r.queue.close()
 		workers.Wait()
 	}()
 
-	g.SetLimit(2 * r.opts.Concurrency)
 	for i := range p.files {
-		if gctx.Err() != nil {
+		if err := files.Acquire(gctx, 1); err != nil {
 			break
 		}
 		job := &p.files[i]
-		g.Go(func() error { return r.restoreFile(gctx, job, i) })
+		g.Go(func() error {
+			defer files.Release(1)
+			return r.restoreFile(gctx, job, i)
+		})
 	}
 	return g.Wait()
 }

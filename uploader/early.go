@@ -149,7 +149,7 @@ func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, upl
 		return err
 	}
 	digest := node.Digest()
-	if err := e.u.acquire(ctx); err != nil {
+	if err := e.u.acquire(ctx, e.partSize); err != nil {
 		return err
 	}
 	if _, err := e.u.sendPart(ctx, fh, File{RelPath: f.RelPath, Key: key}, uploadID, n, off, e.partSize, store.EncodeCRC32C(crc)); err != nil {

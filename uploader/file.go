@@ -163,7 +163,7 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 		}
 	}
 	crc := pre.crcs[0]
-	if err := u.acquire(ctx); err != nil {
+	if err := u.acquire(ctx, stamp.Size); err != nil {
 		return "", err
 	}
 	if err := u.sendHeld(ctx, stamp.Size, func() error {
@@ -192,7 +192,7 @@ func (u *Uploader) body(ctx context.Context, fh *os.File, off, n int64) io.ReadS
 // sendHeld runs one request in the concurrency slot the caller acquired,
 // accounts its bytes and releases the slot.
 func (u *Uploader) sendHeld(ctx context.Context, n int64, req func() error) error {
-	defer u.release()
+	defer u.release(n)
 	if err := req(); err != nil {
 		return err
 	}
@@ -219,6 +219,14 @@ func (u *Uploader) explain(f File, stamp fileStamp, err error) error {
 
 // hashRange reads [off, off+n) of fh sequentially into h and onBlock.
 func (u *Uploader) hashRange(ctx context.Context, fh *os.File, off, n int64, h io.Writer, onBlock func([]byte)) error {
+	// Many files may be hashed at once (one per request in flight); their
+	// read buffers are not: hashing is bound by CPU and disk.
+	select {
+	case u.hashing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-u.hashing }()
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp

@@ -53,7 +53,7 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 		}
 		// The hasher takes the slot and hands it to the request, so it never
 		// runs more than one part ahead of the sends.
-		if err := u.acquire(ctx); err != nil {
+		if err := u.acquire(ctx, size); err != nil {
 			errs.set(err)
 			break
 		}

@@ -31,6 +31,7 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -40,8 +41,25 @@ import (
 // DefaultPartSize is the multipart part size unless told otherwise.
 const DefaultPartSize = 64 << 20
 
-// DefaultConcurrency is the number of requests in flight unless told otherwise.
-const DefaultConcurrency = 16
+// DefaultConcurrency caps the requests in flight unless told otherwise. It
+// is an upper bound: what is in flight is sized by bytes (InFlightBytes),
+// so small objects, each costing a round trip, get many requests at once
+// and large parts few.
+const DefaultConcurrency = 256
+
+// DefaultInFlightParts sizes the default byte budget: as many bytes in
+// flight as this many parts of the part size (16 x 64 MiB). Bodies are
+// streamed from the files, so the budget bounds the link's queue, not
+// memory.
+const DefaultInFlightParts = 16
+
+// maxHashing bounds the files read for hashing at once: enough to keep
+// cores and disk busy, few enough that their buffers stay small.
+const maxHashing = 16
+
+// minRequestWeight is what a request counts against the byte budget at
+// least: a request of a few bytes still costs a round trip and a buffer.
+const minRequestWeight = 64 << 10
 
 // readBufSize is the block size of the hashing pass.
 const readBufSize = 1 << 20
@@ -53,8 +71,13 @@ type Options struct {
 	// no object needs more than store.MaxParts parts. Files no larger than
 	// it go up in a single PUT.
 	PartSize int64
-	// Concurrency caps the upload requests in flight across all files.
+	// Concurrency caps the upload requests in flight across all files
+	// (default DefaultConcurrency).
 	Concurrency int
+	// InFlightBytes bounds the request bodies in flight across all files
+	// (default DefaultInFlightParts x PartSize): a request takes its body's
+	// size, at least minRequestWeight and at most the whole budget.
+	InFlightBytes int64
 	// State records multipart uploads in flight so that a killed upload
 	// resumes; nil disables resuming.
 	State *State
@@ -115,6 +138,10 @@ type Stats struct {
 type Uploader struct {
 	opts  Options
 	slots chan struct{}
+	bytes *semaphore.Weighted
+	// hashing bounds the hashing passes reading at once (each holds a
+	// readBufSize buffer).
+	hashing chan struct{}
 	stats struct {
 		hashed, sent, parts, resumed, objects, resent atomic.Int64
 		dedupFiles, dedupBytes                        atomic.Int64
@@ -129,10 +156,15 @@ func New(opts Options) *Uploader {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
+	if opts.InFlightBytes <= 0 {
+		opts.InFlightBytes = DefaultInFlightParts * opts.PartSize
+	}
+	opts.InFlightBytes = max(opts.InFlightBytes, minRequestWeight)
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Uploader{opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+	return &Uploader{opts: opts, slots: make(chan struct{}, opts.Concurrency), bytes: semaphore.NewWeighted(opts.InFlightBytes),
+		hashing: make(chan struct{}, maxHashing)}
 }
 
 // Stats returns the totals of every upload so far.
@@ -216,17 +248,30 @@ func waitErr(g *errgroup.Group, ctx context.Context) error {
 	return ctx.Err()
 }
 
-// acquire takes a request slot, honouring cancellation.
-func (u *Uploader) acquire(ctx context.Context) error {
+// acquire takes a request slot and a body of n bytes from the byte
+// budget, honouring cancellation; release(n) gives both back.
+func (u *Uploader) acquire(ctx context.Context, n int64) error {
 	select {
 	case u.slots <- struct{}{}:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if err := u.bytes.Acquire(ctx, u.weight(n)); err != nil {
+		<-u.slots
+		return err
+	}
+	return nil
 }
 
-func (u *Uploader) release() { <-u.slots }
+func (u *Uploader) release(n int64) {
+	u.bytes.Release(u.weight(n))
+	<-u.slots
+}
+
+// weight is what a request of n bytes takes from the byte budget.
+func (u *Uploader) weight(n int64) int64 {
+	return min(max(n, minRequestWeight), u.opts.InFlightBytes)
+}
 
 // statFile returns the identity of a file's content used to detect changes.
 func statFile(path string) (fileStamp, error) {

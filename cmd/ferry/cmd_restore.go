@@ -44,7 +44,7 @@ func newRestoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "to", Usage: "target `DIR` (created if missing)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
-			&cli.IntFlag{Name: "concurrency", Value: 16, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "ranged GETs in flight"},
+			&cli.IntFlag{Name: "concurrency", Value: restore.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most ranged GETs in flight; within it, GETs are sized by bytes (16 ranges in flight), so small files get many and big files few"},
 			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"FERRY_FSYNC"}, Usage: "make every restored file durable (fsync) before exiting; without it files are still verified before their rename and re-verified by the next restore"},
 			&cli.BoolFlag{Name: "direct-io", EnvVars: []string{"FERRY_DIRECT_IO"}, Usage: "write with direct I/O: less CPU, but the trainer then reads the files back from disk instead of the page cache"},
 			// The default since direct I/O became opt-in; kept so scripts
