@@ -142,7 +142,7 @@ type Uploader struct {
 	// hashing bounds the hashing passes reading at once (each holds a
 	// readBufSize buffer).
 	hashing chan struct{}
-	stats struct {
+	stats   struct {
 		hashed, sent, parts, resumed, objects, resent atomic.Int64
 		dedupFiles, dedupBytes                        atomic.Int64
 	}
