@@ -76,7 +76,7 @@ func (ts *toolset) ferry() tool {
 	return tool{
 		name: "ferry", verifies: true,
 		version:  firstLine(ts.cfg.ferry, "--version"),
-		settings: "defaults: 64 MiB parts (push), 32 MiB ranged GETs (restore), 16 requests in flight; --quiet",
+		settings: "defaults: 64 MiB parts (push), 32 MiB ranged GETs (restore), requests sized by bytes (16 parts or ranges, at most 256 requests; restore starts at 16 GETs and grows with the round trip); --quiet",
 		upload: func(dataDir, prefix string) child {
 			ts.step++
 			return child{env: env, argv: []string{ts.cfg.ferry, "push", "--quiet",
