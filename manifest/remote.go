@@ -26,33 +26,12 @@ func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (ex
 	if err := Validate(m, prefix); err != nil {
 		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
 	}
-	doc := m
-	if needsShards(m) {
-		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
-			return nil, false, err
-		}
-	}
-	data, err := Encode(doc)
-	if err != nil {
-		return nil, false, err
-	}
-	if doc != m {
-		// The committed form: the files, and the shards they were written to.
-		full := *m
-		full.Format, full.Shards = doc.Format, doc.Shards
-		m = &full
-	}
-	key := ManifestKey(prefix, m.Step)
-	_, err = st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
-		IfNoneMatch: true,
-		CRC32C:      store.CRC32C(data),
-		ContentType: "application/json",
-	})
+	written, err := putManifest(ctx, st, prefix, m, store.PutOptions{IfNoneMatch: true})
 	if err == nil {
-		return m, true, nil
+		return written, true, nil
 	}
 	if !errors.Is(err, store.ErrPreconditionFailed) {
-		return nil, false, fmt.Errorf("commit step %d: write manifest %s: %w", m.Step, key, err)
+		return nil, false, fmt.Errorf("commit step %d: %w", m.Step, err)
 	}
 	prev, err := Get(ctx, st, prefix, m.Step)
 	if err != nil {
@@ -62,6 +41,35 @@ func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (ex
 		return prev, false, fmt.Errorf("commit step %d: %w (compare with `ferry show --step %d`)", m.Step, ErrConflict, m.Step)
 	}
 	return prev, false, nil
+}
+
+// putManifest writes m to its step's key under the condition cond holds
+// (create-only for a commit, If-Match for a revision), its files written
+// to shards first when one document cannot hold them. It returns the
+// committed form: the files, and the shards they were written to.
+func putManifest(ctx context.Context, st store.Store, prefix string, m *Manifest, cond store.PutOptions) (*Manifest, error) {
+	doc := m
+	if needsShards(m) {
+		var err error
+		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
+			return nil, err
+		}
+	}
+	data, err := Encode(doc)
+	if err != nil {
+		return nil, err
+	}
+	key := ManifestKey(prefix, m.Step)
+	cond.CRC32C, cond.ContentType = store.CRC32C(data), "application/json"
+	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), cond); err != nil {
+		return nil, fmt.Errorf("write manifest %s: %w", key, err)
+	}
+	if doc == m {
+		return m, nil
+	}
+	full := *m
+	full.Format, full.Shards = doc.Format, doc.Shards
+	return &full, nil
 }
 
 // SameContent reports whether two manifests describe the same checkpoint:

@@ -1,7 +1,6 @@
 package manifest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,7 +48,7 @@ func Revise(ctx context.Context, st store.Store, prefix string, step int64, next
 			return cur, false, nil
 		}
 		m.Revision = cur.Revision + 1
-		written, err := replace(ctx, st, prefix, key, info.ETag, m)
+		written, err := replace(ctx, st, prefix, info.ETag, m)
 		if err == nil {
 			return written, true, nil
 		}
@@ -59,35 +58,12 @@ func Revise(ctx context.Context, st store.Store, prefix string, step int64, next
 	}
 }
 
-// replace writes m (sharded if it must be) over key, if key still has etag.
-func replace(ctx context.Context, st store.Store, prefix, key, etag string, m *Manifest) (*Manifest, error) {
+// replace writes m over its step's manifest, if that still has etag.
+func replace(ctx context.Context, st store.Store, prefix, etag string, m *Manifest) (*Manifest, error) {
 	m.Format, m.Shards = FormatVersion, nil
 	m.Created = time.Now().UTC().Truncate(time.Millisecond)
 	if err := Validate(m, prefix); err != nil {
 		return nil, fmt.Errorf("refusing invalid manifest: %w", err)
 	}
-	doc := m
-	if needsShards(m) {
-		var err error
-		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
-			return nil, err
-		}
-	}
-	data, err := Encode(doc)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
-		IfMatch:     etag,
-		CRC32C:      store.CRC32C(data),
-		ContentType: "application/json",
-	}); err != nil {
-		return nil, fmt.Errorf("replace manifest %s: %w", key, err)
-	}
-	if doc != m {
-		full := *m
-		full.Format, full.Shards = doc.Format, doc.Shards
-		return &full, nil
-	}
-	return m, nil
+	return putManifest(ctx, st, prefix, m, store.PutOptions{IfMatch: etag})
 }

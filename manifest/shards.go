@@ -110,7 +110,7 @@ func writeShards(ctx context.Context, st store.Store, prefix string, m *Manifest
 		sh.Key = DataKey(prefix, m.Step, attempt, fmt.Sprintf("shard-%05d.json", i))
 		sh.Size, sh.BLAKE3 = int64(len(data)), hash(data)
 		if _, err := st.Put(ctx, sh.Key, bytes.NewReader(data), sh.Size, store.PutOptions{CRC32C: store.CRC32C(data), ContentType: "application/json"}); err != nil {
-			return nil, fmt.Errorf("commit step %d: write manifest shard %s: %w", m.Step, sh.Key, err)
+			return nil, fmt.Errorf("write manifest shard %s: %w", sh.Key, err)
 		}
 		shards = append(shards, sh)
 	}
