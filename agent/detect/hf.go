@@ -60,11 +60,10 @@ func hfRanks(c *Candidate) ([]string, Proof) {
 	var ranks []string
 	for _, f := range c.Step.Files {
 		base := path.Base(f.RelPath)
-		switch {
-		case base == "rng_state.pth":
+		if base == "rng_state.pth" {
 			ranks = append(ranks, "rank 0")
-		case rankRNG.MatchString(base):
-			n, _ := strconv.Atoi(rankRNG.FindStringSubmatch(base)[1])
+		} else if m := rankRNG.FindStringSubmatch(base); m != nil {
+			n, _ := strconv.Atoi(m[1])
 			ranks = append(ranks, "rank "+strconv.Itoa(n))
 		}
 	}
