@@ -293,7 +293,7 @@ func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
 	done[dir] = true
 	if e, ok := w.tree.Get(dir); !ok || !e.IsDir() {
 		if dir != "" {
-			w.tree.refresh(dir, w.watchDir)
+			w.tree.refresh(dir, w.watchDir, false)
 		}
 		return
 	}

@@ -310,11 +310,13 @@ func (t *Tree) refreshEntry(p string) bool {
 }
 
 // refresh brings the tree up to date for one path named by an event: it
-// re-examines p, lists p if it became a directory, and drops p's subtree if
-// p vanished. Events about paths whose parent is unknown (already removed,
-// or below a link) are ignored: the parent's own event or a rescan covers
-// them.
-func (t *Tree) refresh(p string, watch watchFunc) {
+// re-examines p, lists p if it became a directory or is a new one (created
+// says an event reported it created: a folder removed and created again
+// within one debounce window, whose inode may even be the old one's), and
+// drops p's subtree if p vanished. Events about paths whose parent is
+// unknown (already removed, or below a link) are ignored: the parent's own
+// event or a rescan covers them.
+func (t *Tree) refresh(p string, watch watchFunc, created bool) {
 	if p != "" {
 		if pe, ok := t.entries[parent(p)]; !ok || !pe.IsDir() {
 			return
@@ -328,9 +330,9 @@ func (t *Tree) refresh(p string, watch watchFunc) {
 	if !t.refreshEntry(p) {
 		return
 	}
-	if e := t.entries[p]; e.IsDir() && !sameDir(&before, known, e) {
-		// New, or removed and created again within one debounce
-		// window: watch and list it now, not at the next rescan.
+	if e := t.entries[p]; e.IsDir() && (created || !sameDir(&before, known, e)) {
+		// New, or removed and created again: watch and list it now, not
+		// at the next rescan.
 		_ = t.scanDir(p, true, watch)
 	}
 }

@@ -166,9 +166,7 @@ type loop struct {
 	ctx   context.Context
 	out   chan<- Event
 	dirty map[string]struct{}
-	// created holds the paths of the window's Create events: a folder
-	// created where one was known was removed and created again, and must
-	// be watched and listed anew (its inode may even be the old one's).
+	// created holds the paths of the window's Create events (Tree.refresh).
 	created  map[string]bool
 	debounce *time.Timer
 	armed    bool
@@ -216,12 +214,7 @@ func (l *loop) applyEvents() error {
 	dirty, created := l.dirty, l.created
 	l.dirty, l.created = map[string]struct{}{}, map[string]bool{}
 	for p := range dirty {
-		l.w.tree.refresh(p, l.w.watchDir)
-	}
-	for p := range created {
-		if e, ok := l.w.tree.Get(p); ok && e.IsDir() {
-			_ = l.w.tree.scanDir(p, true, l.w.watchDir) // errors land in the entry
-		}
+		l.w.tree.refresh(p, l.w.watchDir, created[p])
 	}
 	return l.evaluate(dirty)
 }
