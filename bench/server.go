@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,12 +42,10 @@ type server struct {
 }
 
 func startServer(bin, dir string, useTLS bool) (*server, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return startServerAt(bin, dir, useTLS, addr, nil)
 }
 

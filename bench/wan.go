@@ -60,16 +60,17 @@ type toxiproxy struct {
 // startWAN starts toxiproxy-server on loopback with a proxy to upstream
 // (host:port) shaped as l. TLS passes through: toxiproxy proxies TCP.
 func startWAN(bin, upstream string, l wanLink) (*toxiproxy, error) {
-	apiPort, err := freePort()
+	api, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	listen, err := freePort()
+	listen, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	tp := &toxiproxy{api: "http://127.0.0.1:" + apiPort, Addr: "127.0.0.1:" + listen}
-	tp.cmd = exec.Command(bin, "-host", "127.0.0.1", "-port", apiPort)
+	host, port, _ := net.SplitHostPort(api)
+	tp := &toxiproxy{api: "http://" + api, Addr: listen}
+	tp.cmd = exec.Command(bin, "-host", host, "-port", port)
 	tp.cmd.Stdout, tp.cmd.Stderr = nil, nil
 	tp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := tp.cmd.Start(); err != nil {
@@ -147,12 +148,13 @@ func (tp *toxiproxy) stop() {
 	}
 }
 
-func freePort() (string, error) {
+// freeAddr returns a loopback address with a port free a moment ago, for
+// a server started next to listen on.
+func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	defer ln.Close()
-	_, port, err := net.SplitHostPort(ln.Addr().String())
-	return port, err
+	return ln.Addr().String(), nil
 }
