@@ -76,10 +76,9 @@ type fileGate struct {
 
 func newFileGate(concurrency int) *fileGate {
 	base := min(baseWorkers, concurrency)
-	g := &fileGate{Weighted: semaphore.NewWeighted(int64(2*base + concurrency - base)), reserved: int64(concurrency - base)}
-	if !g.TryAcquire(g.reserved) {
-		panic("restore: a new file gate is not empty")
-	}
+	reserved := int64(concurrency - base)
+	g := &fileGate{Weighted: semaphore.NewWeighted(int64(2*base) + reserved), reserved: reserved}
+	g.TryAcquire(reserved) // always granted: the gate is new and holds that much
 	return g
 }
 
