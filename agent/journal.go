@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferrylabs/ferry/uploader"
+	"github.com/ferrylabs/ferry/internal/atomicfile"
 )
 
 // maxJournalSteps bounds the journal; older committed steps are forgotten
@@ -159,7 +159,7 @@ func (j *journal) update(fn func(*journalData)) error {
 	if err != nil {
 		return fmt.Errorf("encode journal: %w", err)
 	}
-	if err := uploader.WriteFileAtomic(j.path, raw, 0o600); err != nil {
+	if err := atomicfile.Write(j.path, raw, 0o600); err != nil {
 		return fmt.Errorf("save journal: %w", err)
 	}
 	return nil

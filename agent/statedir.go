@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
-	"github.com/ferrylabs/ferry/uploader"
+	"github.com/ferrylabs/ferry/internal/atomicfile"
 )
 
 // State dir layout. Several agents share a node (one per job, or one per
@@ -90,7 +90,7 @@ func ClaimStateDir(dir string, id Identity) error {
 		if err != nil {
 			return fmt.Errorf("encode state identity: %w", err)
 		}
-		if err := uploader.WriteFileAtomic(path, raw, 0o600); err != nil {
+		if err := atomicfile.Write(path, raw, 0o600); err != nil {
 			return fmt.Errorf("record state identity: %w", err)
 		}
 		return nil

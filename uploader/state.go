@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"sync"
+
+	"github.com/ferrylabs/ferry/internal/atomicfile"
 )
 
 // Upload records one multipart upload in flight.
@@ -26,11 +27,23 @@ type Upload struct {
 // State is a small JSON file recording the multipart uploads of one push in
 // flight, and the attempt name of its objects, so that a push killed at any
 // point (SIGKILL included) resumes where it stopped. Every change is written
-// to a temp file, fsynced and renamed, so the file is always whole.
+// to a temp file and renamed, so the file is always whole. It is not
+// fsynced: the state only saves work (what it records is on the server),
+// so a power cut costs re-sending, never a wrong commit, while an fsync on
+// the checkpoint's file system can wait behind the trainer's writeback, on
+// the path between the trainer's last write and the manifest.
+//
+// mu guards data and is never held across I/O: a save encodes a snapshot
+// under it and writes that snapshot under writeMu, skipping it when a newer
+// one is already on disk.
 type State struct {
 	path string
 	mu   sync.Mutex
 	data stateData
+	seq  uint64 // snapshots taken, under mu
+
+	writeMu sync.Mutex
+	written uint64 // the newest snapshot on disk, under writeMu
 }
 
 type stateData struct {
@@ -97,18 +110,19 @@ func (s *State) Get(key string) (Upload, bool) {
 // Put records an upload for key and saves the state.
 func (s *State) Put(key string, up Upload) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.data.Uploads[key] = up
-	return s.saveLocked()
+	snap, err := s.snapshotLocked()
+	s.mu.Unlock()
+	return s.write(snap, err)
 }
 
 // PutDigest records that part n of the early upload for key was sent with
 // bytes of the given digest, and saves the state.
 func (s *State) PutDigest(key string, n int32, digest string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	up, ok := s.data.Uploads[key]
 	if !ok {
+		s.mu.Unlock()
 		return fmt.Errorf("record part %d of %s: no upload recorded", n, key)
 	}
 	// A new map: copies handed out by Get and Uploads stay as they were.
@@ -118,18 +132,22 @@ func (s *State) PutDigest(key string, n int32, digest string) error {
 	}
 	up.Digests[n] = digest
 	s.data.Uploads[key] = up
-	return s.saveLocked()
+	snap, err := s.snapshotLocked()
+	s.mu.Unlock()
+	return s.write(snap, err)
 }
 
 // Remove forgets the upload for key and saves the state.
 func (s *State) Remove(key string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, ok := s.data.Uploads[key]; !ok {
+		s.mu.Unlock()
 		return nil
 	}
 	delete(s.data.Uploads, key)
-	return s.saveLocked()
+	snap, err := s.snapshotLocked()
+	s.mu.Unlock()
+	return s.write(snap, err)
 }
 
 // Finish records that key was written whole, replacing its upload entry,
@@ -161,8 +179,9 @@ func (s *State) GetDone(key string) (DoneObject, bool) {
 // kept before any object is written).
 func (s *State) Save() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.saveLocked()
+	snap, err := s.snapshotLocked()
+	s.mu.Unlock()
+	return s.write(snap, err)
 }
 
 // Uploads returns a copy of the recorded uploads.
@@ -197,57 +216,36 @@ func (s *State) Delete() error {
 	return nil
 }
 
-func (s *State) saveLocked() error {
+// snapshot is one encoding of the state, numbered in the order taken.
+type snapshot struct {
+	seq uint64
+	raw []byte
+}
+
+// snapshotLocked encodes the state; s.mu is held.
+func (s *State) snapshotLocked() (snapshot, error) {
 	raw, err := json.Marshal(&s.data)
 	if err != nil {
-		return fmt.Errorf("encode upload state: %w", err)
+		return snapshot{}, fmt.Errorf("encode upload state: %w", err)
 	}
-	return WriteFileAtomic(s.path, raw, 0o600)
+	s.seq++
+	return snapshot{seq: s.seq, raw: raw}, nil
 }
 
-// WriteFileAtomic writes data to path through a temp file in the same
-// directory, fsyncs it and renames it into place, creating the directory
-// (mode 0700) if needed.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+// write writes snap unless a newer snapshot is already on disk (it holds
+// every change snap holds).
+func (s *State) write(snap snapshot, err error) error {
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if snap.seq <= s.written {
+		return nil
 	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := atomicfile.WriteCached(s.path, snap.raw, 0o600); err != nil {
+		return fmt.Errorf("save upload state: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
+	s.written = snap.seq
 	return nil
 }
