@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -16,8 +18,25 @@ import (
 	"github.com/ferrylabs/ferry/manifest"
 )
 
-// earlyFiles is how many files of a step SendEarly sends parts of at once.
-const earlyFiles = 4
+// earlyPoll is how often SendEarly looks at a file's size while parts of
+// it are in flight, to start the next part once the trainer wrote it.
+const earlyPoll = 50 * time.Millisecond
+
+// minEarlyPart is the smallest part SendEarly sends: a power of two above
+// R2's 5 MiB minimum.
+const minEarlyPart = 8 << 20
+
+// EarlyPartSize is the part size of an upload begun while its file is
+// written, for the part size partSize: a quarter of it, at least 8 MiB and
+// at most partSize. What is left to send once the trainer closes the file
+// is at most one such part and the ones still in flight, so a quarter
+// shortens the tail that many: 16 MiB at the default, 0.34 s on a 50 MB/s
+// connection instead of 1.3 s. A file can grow to store.MaxParts of them
+// (156 GiB at the default); one that grows past that is sent again with
+// its own part size at the push.
+func EarlyPartSize(partSize int64) int64 {
+	return min(max(partSize/4, minEarlyPart), partSize)
+}
 
 // EarlyStats counts what SendEarly sent.
 type EarlyStats struct {
@@ -35,27 +54,30 @@ type EarlyStats struct {
 // file rewritten in place, truncated or replaced after a part was sent
 // never commits stale bytes.
 //
-// Only files with at least one whole part are touched, only whole parts
-// below the file's current size are sent, and only when the part size is a
-// power of two (a complete BLAKE3 subtree) and a state dir is set. stop is
-// asked before each part: SendEarly returns once it says true. It must not
-// run at the same time as Push or Abandon for the same step.
+// Only files larger than the part size (sent in parts whatever their final
+// size) are touched, only whole parts below the file's current size are
+// sent, each on its own request as soon as it is written, and only when the
+// part size is a power of two (a complete BLAKE3 subtree) and a state dir
+// is set. Parts are EarlyPartSize of the part size. While parts are in
+// flight the call watches the sizes of the step's files (of its larger
+// ones in a step of more than maxEarlyWatched files) and sends each new
+// whole part; it returns once none is in flight. stop is asked before each
+// part: once it says true, SendEarly returns when the parts in flight are
+// answered. It must not run at the same time as Push or Abandon for the
+// same step.
 func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, stop func() bool) (EarlyStats, error) {
 	p := newPush(d, s, o)
 	partSize := p.Upload.PartSize
 	if partSize <= 0 {
 		partSize = DefaultPartSize
 	}
-	if p.StateDir == "" || blake3tree.RangeSize(partSize) != partSize || manifest.CheckStep(p.Step) != nil {
+	ePart := EarlyPartSize(partSize)
+	if p.StateDir == "" || blake3tree.RangeSize(ePart) != ePart || manifest.CheckStep(p.Step) != nil {
 		return EarlyStats{}, nil
 	}
-	var files []step.File
-	for _, f := range s.Files {
-		if f.Size >= 2*partSize { // one whole part, and more to come
-			files = append(files, f)
-		}
-	}
-	if len(files) == 0 {
+	threshold := max(partSize, ePart) // sent in parts, and one is whole
+	files := earlyCandidates(s.Files, threshold)
+	if files == nil {
 		return EarlyStats{}, nil
 	}
 	// Not saved here: SendEarly runs at every change of a growing step,
@@ -65,9 +87,9 @@ func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, 
 		return EarlyStats{}, fmt.Errorf("send early: %w", err)
 	}
 	attempt := state.Attempt()
-	e := &early{u: New(p.Upload), state: state, partSize: partSize, stop: stop}
+	e := &early{u: New(p.Upload), state: state, partSize: ePart, threshold: threshold, stop: stop, answered: make(chan struct{})}
+	e.working.Store(int32(len(files)))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(earlyFiles)
 	for _, f := range files {
 		key := manifest.DataKey(p.Prefix, p.Step, attempt, f.RelPath)
 		g.Go(func() error { return e.sendFile(gctx, f, key) })
@@ -76,48 +98,200 @@ func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, 
 	return EarlyStats{Parts: e.parts.Load(), Bytes: e.bytes.Load()}, err
 }
 
-// early is one SendEarly call: the step's shared resume state and counts.
+// maxEarlyWatched is how many files of a step SendEarly watches whatever
+// their size; in a step of more files it watches those already past half
+// the size that makes them eligible, so that the sizes it reads stay few.
+const maxEarlyWatched = 256
+
+// earlyCandidates returns the files SendEarly watches, or nil when none is
+// eligible yet (the next call, on the step's next change, looks again).
+func earlyCandidates(files []step.File, threshold int64) []step.File {
+	eligible := false
+	var large []step.File
+	for _, f := range files {
+		eligible = eligible || f.Size > threshold
+		if f.Size > threshold/2 {
+			large = append(large, f)
+		}
+	}
+	switch {
+	case !eligible:
+		return nil
+	case len(files) <= maxEarlyWatched:
+		return files
+	}
+	return large
+}
+
+// early is one SendEarly call: the step's shared resume state, the parts
+// in flight and counts.
 type early struct {
 	u            *Uploader
 	state        *State
 	partSize     int64
+	threshold    int64
 	stop         func() bool
 	parts, bytes atomic.Int64
+	inFlight     atomic.Int32 // parts sent and not answered yet
+	// working counts the files looking for whole parts to send (all of
+	// them at the start): a file stops watching only when no part is in
+	// flight and no other file is about to send one.
+	working atomic.Int32
+
+	mu       sync.Mutex
+	answered chan struct{} // closed, and replaced, when a part is answered
 }
 
-// sendFile sends the whole parts of f not sent yet.
+// sendFile sends the whole parts of f not sent yet, each on its own request
+// as soon as the trainer has written it: one reader hashes them in order,
+// and the uploader's budget bounds the requests in flight. It watches f
+// while any part of the call is in flight, and returns once none is and
+// its own are answered, or once stopped.
 func (e *early) sendFile(ctx context.Context, f step.File, key string) error {
-	up, err := e.upload(ctx, key)
-	if err != nil || up.UploadID == "" {
-		return err
+	g, gctx := errgroup.WithContext(ctx)
+	ef := &earlyFile{e: e, f: f, key: key, g: g, h: new(blake3tree.Range), next: 1}
+	defer ef.close()
+	for {
+		err := ef.sendWhole(gctx) // counted in e.working by the caller or below
+		e.working.Add(-1)
+		if err != nil {
+			_ = g.Wait()
+			return err
+		}
+		if ef.done || e.stop() || gctx.Err() != nil || e.inFlight.Load() == 0 && e.working.Load() == 0 {
+			break
+		}
+		e.waitAnswer(gctx)
+		e.working.Add(1)
 	}
-	fh, err := os.Open(f.LocalPath)
-	if err != nil {
-		return nil // gone or unreadable: the watcher will say so
+	return g.Wait()
+}
+
+// waitAnswer waits until a part of the call is answered, or earlyPoll.
+func (e *early) waitAnswer(ctx context.Context) {
+	e.mu.Lock()
+	ch := e.answered
+	e.mu.Unlock()
+	t := time.NewTimer(earlyPoll)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
+}
+
+// answer counts a part answered and wakes the files waiting.
+func (e *early) answer() {
+	e.inFlight.Add(-1)
+	e.mu.Lock()
+	close(e.answered)
+	e.answered = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// earlyFile is one file of a SendEarly call: its upload, once the file is
+// eligible, and the next part to look at.
+type earlyFile struct {
+	e    *early
+	f    step.File
+	key  string
+	g    *errgroup.Group
+	h    *blake3tree.Range
+	up   Upload
+	fh   *os.File
+	next int32
+	done bool // nothing more to send by this call
+}
+
+// sendWhole starts the sending of every whole part of the file not sent
+// yet; the first time the file is eligible, it finds or starts its upload.
+func (ef *earlyFile) sendWhole(ctx context.Context) error {
+	e := ef.e
+	size, ok := ef.size()
+	if !ok || size <= e.threshold {
+		ef.done = !ok // gone or unreadable: the watcher will say so
 		return nil
 	}
+	if ef.fh == nil {
+		if err := ef.open(ctx); err != nil || ef.done {
+			return err
+		}
+	}
 	// Never the part holding the current end: it is still growing.
-	whole := int32((fi.Size() - 1) / e.partSize)
-	h := new(blake3tree.Range)
-	for n := int32(1); n <= whole; n++ {
-		if _, sent := up.Digests[n]; sent {
+	for whole := int32((size - 1) / e.partSize); ef.next <= whole; ef.next++ {
+		if _, sent := ef.up.Digests[ef.next]; sent {
 			continue
 		}
-		if e.stop() || ctx.Err() != nil {
+		if int(ef.next) > store.MaxParts || e.stop() || ctx.Err() != nil {
+			ef.done = true
 			return nil
 		}
-		if err := e.sendPart(ctx, fh, f, key, up.UploadID, n, h); err != nil {
-			if errors.Is(err, ErrFileChanged) {
+		if err := ef.send(ctx, ef.next); err != nil {
+			ef.done = true
+			if errors.Is(err, ErrFileChanged) || ctx.Err() != nil {
 				return nil // shrank: the push sorts it out
 			}
 			return err
 		}
 	}
 	return nil
+}
+
+// size is the file's current size.
+func (ef *earlyFile) size() (int64, bool) {
+	var fi os.FileInfo
+	var err error
+	if ef.fh != nil {
+		fi, err = ef.fh.Stat()
+	} else {
+		fi, err = os.Stat(ef.f.LocalPath)
+	}
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0, false
+	}
+	return fi.Size(), true
+}
+
+// open finds or starts the file's early upload and opens the file.
+func (ef *earlyFile) open(ctx context.Context) error {
+	up, err := ef.e.upload(ctx, ef.key)
+	if err != nil || up.UploadID == "" {
+		ef.done = true
+		return err
+	}
+	fh, err := os.Open(ef.f.LocalPath)
+	if err != nil {
+		ef.done = true
+		return nil
+	}
+	ef.up, ef.fh = up, fh
+	return nil
+}
+
+// send hashes part n and starts its request in a slot of the budget.
+func (ef *earlyFile) send(ctx context.Context, n int32) error {
+	e := ef.e
+	crc, digest, err := e.hashPart(ctx, ef.fh, ef.h, n)
+	if err != nil {
+		return err
+	}
+	if err := e.u.acquire(ctx, e.partSize); err != nil {
+		return err
+	}
+	e.inFlight.Add(1)
+	ef.g.Go(func() error {
+		defer e.answer()
+		return e.sendPart(ctx, ef.fh, ef.f, ef.key, ef.up.UploadID, n, crc, digest)
+	})
+	return nil
+}
+
+// close closes the file once its parts are answered (sendFile waits).
+func (ef *earlyFile) close() {
+	if ef.fh != nil {
+		ef.fh.Close()
+	}
 }
 
 // upload returns the early upload recorded for key, starting one if there
@@ -140,18 +314,20 @@ func (e *early) upload(ctx context.Context, key string) (Upload, error) {
 	return up, nil
 }
 
-// sendPart hashes part n of f (digest and CRC32C in one read) and sends it
-// with that CRC32C, then records its digest.
-func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, uploadID string, n int32, h *blake3tree.Range) error {
-	off := int64(n-1) * e.partSize
-	crc, node, err := e.u.hashSubtree(ctx, fh, h, off, e.partSize)
+// hashPart reads part n of fh once for its CRC32C and BLAKE3 subtree
+// digest.
+func (e *early) hashPart(ctx context.Context, fh *os.File, h *blake3tree.Range, n int32) (uint32, string, error) {
+	crc, node, err := e.u.hashSubtree(ctx, fh, h, int64(n-1)*e.partSize, e.partSize)
 	if err != nil {
-		return err
+		return 0, "", err
 	}
-	digest := node.Digest()
-	if err := e.u.acquire(ctx, e.partSize); err != nil {
-		return err
-	}
+	return crc, node.Digest(), nil
+}
+
+// sendPart sends part n of f with its CRC32C in the slot the caller
+// acquired, then records its digest.
+func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, uploadID string, n int32, crc uint32, digest string) error {
+	off := int64(n-1) * e.partSize
 	if _, err := e.u.sendPart(ctx, fh, File{RelPath: f.RelPath, Key: key}, uploadID, n, off, e.partSize, store.EncodeCRC32C(crc)); err != nil {
 		if ctx.Err() != nil {
 			return nil

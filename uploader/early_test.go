@@ -3,9 +3,12 @@ package uploader
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
@@ -107,21 +110,62 @@ func TestEarlyPartsVerifiedAtPush(t *testing.T) {
 	}
 }
 
-// SendEarly leaves alone files under two parts (nothing whole below a
-// growing end) and part sizes that are not a power of two (not a BLAKE3
+// SendEarly leaves alone files no larger than the part size (they may end
+// up in one PUT) and part sizes that are not a power of two (not a BLAKE3
 // subtree, so no digest could identify the part).
 func TestEarlyNeverSendsPartOfSmallFile(t *testing.T) {
 	st := store.NewMemStore()
-	dir := t.TempDir()
-	writeRandom(t, filepath.Join(dir, "small.pt"), earlyPart+earlyPart/2, 1)
+	dir, big := t.TempDir(), t.TempDir()
+	writeRandom(t, filepath.Join(dir, "small.pt"), earlyPart, 1)
+	writeRandom(t, filepath.Join(big, "big.pt"), 2*earlyPart, 1)
 	dest := Destination{Store: st, Location: "s3://b/run", Prefix: "run", StateDir: t.TempDir()}
 	es, err := dest.SendEarly(context.Background(), gather(t, dir, 7), PushOptions{Upload: Options{PartSize: earlyPart}}, func() bool { return false })
 	if err != nil || es.Parts != 0 {
-		t.Fatalf("SendEarly of a file under two parts: %+v, %v; want nothing sent", es, err)
+		t.Fatalf("SendEarly of a file of one part: %+v, %v; want nothing sent", es, err)
 	}
-	es, err = dest.SendEarly(context.Background(), gather(t, dir, 7), PushOptions{Upload: Options{PartSize: 6 << 20}}, func() bool { return false })
+	es, err = dest.SendEarly(context.Background(), gather(t, big, 7), PushOptions{Upload: Options{PartSize: 6 << 20}}, func() bool { return false })
 	if err != nil || es.Parts != 0 {
 		t.Fatalf("SendEarly with a part size not a power of two: %+v, %v; want nothing sent", es, err)
+	}
+}
+
+func TestEarlyPartSize(t *testing.T) {
+	for _, c := range []struct{ part, want int64 }{
+		{64 << 20, 16 << 20}, {128 << 20, 32 << 20}, {32 << 20, 8 << 20}, {16 << 20, 8 << 20}, {8 << 20, 8 << 20}, {6 << 20, 6 << 20},
+	} {
+		if got := EarlyPartSize(c.part); got != c.want {
+			t.Errorf("EarlyPartSize(%d MiB) = %d MiB, want %d MiB", c.part>>20, got>>20, c.want>>20)
+		}
+	}
+}
+
+// Parts sent early are a quarter of the part size, and the push keeps
+// them: it sends only the rest, in parts of the same size, and the object
+// is the file. A file grown past store.MaxParts of them would be sent
+// again in its own part size (partSizeFor).
+func TestEarlyQuarterPartsKeptAtPush(t *testing.T) {
+	srv := s3test.Shared(t)
+	st := srv.Store(t, srv.NewBucket(t))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.pt")
+	first := writeRandom(t, path, 5*earlyPart+100, 1) // 40 MiB and more: 5 whole 8 MiB parts
+	dest := Destination{Store: st, Location: "s3://b/run", Prefix: "run", StateDir: t.TempDir()}
+	opts := PushOptions{Upload: Options{PartSize: 4 * earlyPart}}
+	es, err := dest.SendEarly(t.Context(), gather(t, dir, 7), opts, func() bool { return false })
+	if err != nil || es.Parts != 5 || es.Bytes != 5*earlyPart {
+		t.Fatalf("SendEarly: %+v, %v; want the 5 whole 8 MiB parts below the end", es, err)
+	}
+	final := appendFile(t, path, first, randomData(earlyPart, 2))
+	res, err := dest.Push(t.Context(), gather(t, dir, 7), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stats.PartsResumed != 5 || res.Stats.PartsResent != 0 || res.Stats.PartsSent != 2 {
+		t.Errorf("push: parts kept %d, re-sent %d, sent %d; want 5, 0, 2", res.Stats.PartsResumed, res.Stats.PartsResent, res.Stats.PartsSent)
+	}
+	checkCommitted(t, st, res.Manifest, final)
+	if ps := res.Manifest.Files[0].PartSize; ps != earlyPart {
+		t.Errorf("manifest part size %d, want the early parts' %d", ps, earlyPart)
 	}
 }
 
@@ -186,5 +230,66 @@ func writeFileAt(t *testing.T, path string, b []byte, off int64) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gatedStore holds back the parts of one key until released, and reports
+// the keys of the other parts it is sent.
+type gatedStore struct {
+	store.Store
+	held    string
+	release chan struct{}
+	sent    chan string
+}
+
+func (g *gatedStore) UploadPart(ctx context.Context, key, uploadID string, n int32, body io.ReadSeeker, size int64, crc32c string) (store.Part, error) {
+	if strings.HasSuffix(key, g.held) {
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return store.Part{}, ctx.Err()
+		}
+	} else {
+		select {
+		case g.sent <- key:
+		default:
+		}
+	}
+	return g.Store.UploadPart(ctx, key, uploadID, n, body, size, crc32c)
+}
+
+// While parts of one file are in flight, SendEarly keeps watching the
+// step's other files: one that grows past the part size meanwhile has its
+// whole parts sent in the same call, not after the other file's parts are
+// answered. (An agent's call lasts as long as parts are in flight; before,
+// a rank's file small at the call's start got nothing until the end.)
+func TestEarlyWatchesFilesThatGrowDuringTheCall(t *testing.T) {
+	dir := t.TempDir()
+	writeRandom(t, filepath.Join(dir, "a.pt"), 2*earlyPart+100, 1)
+	bPath := filepath.Join(dir, "b.pt")
+	first := writeRandom(t, bPath, 1<<20, 2)
+	snapshot := gather(t, dir, 7) // b is 1 MiB here
+	st := &gatedStore{Store: store.NewMemStore(), held: "/a.pt", release: make(chan struct{}), sent: make(chan string, 1)}
+	dest := Destination{Store: st, Location: "s3://b/run", Prefix: "run", StateDir: t.TempDir()}
+	done := make(chan EarlyStats, 1)
+	go func() {
+		es, err := dest.SendEarly(t.Context(), snapshot, PushOptions{Upload: Options{PartSize: earlyPart}}, func() bool { return false })
+		if err != nil {
+			t.Error(err)
+		}
+		done <- es
+	}()
+	appendFile(t, bPath, first, randomData(2*earlyPart, 3))
+	select {
+	case key := <-st.sent:
+		if !strings.HasSuffix(key, "/b.pt") {
+			t.Errorf("part sent for %s, want b.pt", key)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("b.pt grew past the part size while a.pt's parts were in flight, and none of its parts was sent")
+	}
+	close(st.release)
+	if es := <-done; es.Parts != 4 {
+		t.Errorf("parts sent %d, want a.pt's 2 and b.pt's 2", es.Parts)
 	}
 }

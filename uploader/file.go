@@ -43,7 +43,7 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		return mf, nil
 	}
 	if stamp.Size > u.singlePutLimit() {
-		mf.PartSize = PartSizeFor(stamp.Size, u.opts.PartSize)
+		mf.PartSize = u.partSizeFor(f.Key, stamp.Size)
 	}
 	var pre *digest
 	if f.Reuse != nil && f.Reuse.Size == stamp.Size && !u.sentEarly(f.Key) {
@@ -86,6 +86,20 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		}
 	}
 	return mf, nil
+}
+
+// partSizeFor returns the part size of the file at key, of size bytes, sent
+// in parts: that of the upload begun while it was written (SendEarly) when
+// the file fits in store.MaxParts of them, so that its parts are kept, else
+// PartSizeFor's.
+func (u *Uploader) partSizeFor(key string, size int64) int64 {
+	if u.opts.State != nil {
+		if up, ok := u.opts.State.Get(key); ok && up.Early && up.PartSize >= store.MinPartSize &&
+			(size+up.PartSize-1)/up.PartSize <= store.MaxParts {
+			return up.PartSize
+		}
+	}
+	return PartSizeFor(size, u.opts.PartSize)
 }
 
 // leaveCache records which pages of fh are cached and returns the function

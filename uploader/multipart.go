@@ -30,7 +30,10 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	var pg sync.WaitGroup
 	var errs firstError
 	ph := newPartHashes(up.Early, nparts)
-	for i := int32(0); i < nparts && errs.get() == nil; i++ {
+	for _, i := range partOrder(nparts, held, up.Early) {
+		if errs.get() != nil {
+			break
+		}
 		off := int64(i) * partSize
 		size := min(partSize, stamp.Size-off)
 		var crc uint32
@@ -82,6 +85,29 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 		return pre.blake3, nil
 	}
 	return ph.sum()
+}
+
+// partOrder is the order putMultipart reads the parts in: file order,
+// except for an upload begun while the file was written, whose parts
+// hash independently: there the parts the server lacks (the tail the
+// trainer wrote last) go first, and checking the digests of those sent
+// early overlaps with their sending.
+func partOrder(nparts int32, held map[int32]store.Part, early bool) []int32 {
+	order := make([]int32, 0, nparts)
+	for i := range nparts {
+		if _, ok := held[i+1]; !early || !ok {
+			order = append(order, i)
+		}
+	}
+	if !early {
+		return order
+	}
+	for i := range nparts {
+		if _, ok := held[i+1]; ok {
+			order = append(order, i)
+		}
+	}
+	return order
 }
 
 // partHashes hashes a file part by part for putMultipart: in one

@@ -24,7 +24,7 @@ func agentFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "close-write", Value: true, EnvVars: []string{"FERRY_CLOSE_WRITE"},
 			Usage: "a step whose writers closed its files is ready at once (Linux inotify); false: every step waits out --settle"},
 		&cli.BoolFlag{Name: "pipeline", Value: true, EnvVars: []string{"FERRY_PIPELINE"},
-			Usage: "send whole parts of large files while the trainer writes them; each is committed only if the final file's bytes hash to what was sent (needs a --part-size that is a power of two)"},
+			Usage: "send parts of files larger than --part-size while the trainer writes them, each as soon as it is written, in parts of a quarter of --part-size (at least 8 MiB; a power of two) so that little is left once the file is closed; each is committed only if the final file's bytes hash to what was sent"},
 		&cli.StringFlag{Name: "when-behind", Value: agent.NewestFirst, EnvVars: []string{"FERRY_WHEN_BEHIND"},
 			Usage: "which waiting step goes first when the link falls behind: newest (older ones follow), oldest (in order), skip (older waiting steps are not uploaded)"},
 		&cli.DurationFlag{Name: "rescan-interval", Value: detect.DefaultRescan, EnvVars: []string{"FERRY_RESCAN_INTERVAL"}, Usage: "full rescan interval (events are the main signal)"},
