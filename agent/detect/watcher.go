@@ -146,7 +146,7 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 		case <-ticker.C:
 			err = l.rescanAndEvaluate()
 		case <-w.closeCh:
-			l.arm() // a writer closed a file: evaluate after the debounce
+			l.armWithin(closeDebounce) // a writer closed a file: evaluate soon
 		}
 		if err != nil {
 			return l.result(err)
@@ -170,6 +170,7 @@ type loop struct {
 	created  map[string]bool
 	debounce *time.Timer
 	armed    bool
+	due      time.Time // when the armed debounce fires
 	settle   *time.Timer
 }
 
@@ -201,12 +202,23 @@ func (l *loop) event(ev fsnotify.Event) {
 	l.arm()
 }
 
+// closeDebounce is how soon the loop evaluates after a writer closed a
+// file: the other ranks' closes of a step come within it, and the full
+// debounce window would add its length to every step's time to durable.
+const closeDebounce = 20 * time.Millisecond
+
 // arm starts the debounce window unless it runs already.
-func (l *loop) arm() {
-	if !l.armed {
-		l.armed = true
-		l.debounce.Reset(l.w.opts.Debounce)
+func (l *loop) arm() { l.armWithin(l.w.opts.Debounce) }
+
+// armWithin makes the loop apply its events within d: it starts the
+// debounce window, or shortens the one running to end within d.
+func (l *loop) armWithin(d time.Duration) {
+	due := time.Now().Add(d)
+	if l.armed && !due.Before(l.due) {
+		return
 	}
+	l.armed, l.due = true, due
+	l.debounce.Reset(d)
 }
 
 func (l *loop) applyEvents() error {
