@@ -325,10 +325,12 @@ func (e *early) hashPart(ctx context.Context, fh *os.File, h *blake3tree.Range, 
 }
 
 // sendPart sends part n of f with its CRC32C in the slot the caller
-// acquired, then records its digest.
+// acquired, then records its digest and the server's answer.
 func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, uploadID string, n int32, crc uint32, digest string) error {
 	off := int64(n-1) * e.partSize
-	if _, err := e.u.sendPart(ctx, fh, File{RelPath: f.RelPath, Key: key}, uploadID, n, off, e.partSize, store.EncodeCRC32C(crc)); err != nil {
+	sum := store.EncodeCRC32C(crc)
+	p, err := e.u.sendPart(ctx, fh, File{RelPath: f.RelPath, Key: key}, uploadID, n, off, e.partSize, sum)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -343,7 +345,7 @@ func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, upl
 	}
 	e.parts.Add(1)
 	e.bytes.Add(e.partSize)
-	if err := e.state.PutDigest(key, n, digest); err != nil {
+	if err := e.state.PutEarlyPart(key, n, digest, SentPart{ETag: p.ETag, CRC32C: sum}); err != nil {
 		return fmt.Errorf("send early: %w", err)
 	}
 	return nil

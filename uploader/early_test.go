@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,7 +146,7 @@ func TestEarlyPartSize(t *testing.T) {
 // again in its own part size (partSizeFor).
 func TestEarlyQuarterPartsKeptAtPush(t *testing.T) {
 	srv := s3test.Shared(t)
-	st := srv.Store(t, srv.NewBucket(t))
+	st := &listCounter{Store: srv.Store(t, srv.NewBucket(t))}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "model.pt")
 	first := writeRandom(t, path, 5*earlyPart+100, 1) // 40 MiB and more: 5 whole 8 MiB parts
@@ -163,10 +164,82 @@ func TestEarlyQuarterPartsKeptAtPush(t *testing.T) {
 	if res.Stats.PartsResumed != 5 || res.Stats.PartsResent != 0 || res.Stats.PartsSent != 2 {
 		t.Errorf("push: parts kept %d, re-sent %d, sent %d; want 5, 0, 2", res.Stats.PartsResumed, res.Stats.PartsResent, res.Stats.PartsSent)
 	}
+	if n := st.lists.Load(); n != 0 {
+		t.Errorf("push listed the parts %d times; want none (the server's answers were recorded as they were sent)", n)
+	}
 	checkCommitted(t, st, res.Manifest, final)
 	if ps := res.Manifest.Files[0].PartSize; ps != earlyPart {
 		t.Errorf("manifest part size %d, want the early parts' %d", ps, earlyPart)
 	}
+}
+
+// listCounter counts ListParts calls.
+type listCounter struct {
+	store.Store
+	lists atomic.Int32
+}
+
+func (l *listCounter) ListParts(ctx context.Context, key, uploadID string) ([]store.Part, error) {
+	l.lists.Add(1)
+	return l.Store.ListParts(ctx, key, uploadID)
+}
+
+// When the server refuses to complete an upload with the parts recorded as
+// sent early (the upload aborted meanwhile, or a recorded answer that does
+// not match), the push lists the parts instead, or starts over, and the
+// committed object is still the file, with one push.
+func TestEarlyRecordedPartsRefused(t *testing.T) {
+	for _, tc := range []string{"upload aborted", "answer not the server's"} {
+		t.Run(tc, func(t *testing.T) {
+			srv := s3test.Shared(t)
+			st := &listCounter{Store: srv.Store(t, srv.NewBucket(t))}
+			dir, stateDir := t.TempDir(), t.TempDir()
+			path := filepath.Join(dir, "model.pt")
+			first := writeRandom(t, path, 2*earlyPart+100, 1)
+			dest := Destination{Store: st, Location: "s3://b/run", Prefix: "run", StateDir: stateDir}
+			opts := PushOptions{Upload: Options{PartSize: earlyPart}}
+			if es, err := dest.SendEarly(t.Context(), gather(t, dir, 7), opts, func() bool { return false }); err != nil || es.Parts != 2 {
+				t.Fatalf("SendEarly: %+v, %v; want 2 parts", es, err)
+			}
+			state, err := loadPushState(newPush(dest, gather(t, dir, 7), opts))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, up := onlyUpload(t, state)
+			if tc == "upload aborted" {
+				if err := st.AbortMultipart(t.Context(), key, up.UploadID); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				up.Sent[1] = SentPart{ETag: `"0123456789abcdef0123456789abcdef"`, CRC32C: up.Sent[1].CRC32C}
+				if err := state.Put(key, up); err != nil {
+					t.Fatal(err)
+				}
+			}
+			final := appendFile(t, path, first, randomData(earlyPart, 2))
+			res, err := dest.Push(t.Context(), gather(t, dir, 7), opts)
+			if err != nil {
+				t.Fatalf("push after the server refused the recorded parts: %v", err)
+			}
+			if st.lists.Load() != 1 {
+				t.Errorf("parts listed %d times, want once, after the refusal", st.lists.Load())
+			}
+			checkCommitted(t, st, res.Manifest, final)
+		})
+	}
+}
+
+// onlyUpload returns the one upload a state records.
+func onlyUpload(t *testing.T, state *State) (string, Upload) {
+	t.Helper()
+	ups := state.Uploads()
+	if len(ups) != 1 {
+		t.Fatalf("state records %d uploads, want 1", len(ups))
+	}
+	for k, up := range ups {
+		return k, up
+	}
+	panic("unreachable")
 }
 
 func gather(t *testing.T, dir string, n int64) detect.Step {

@@ -70,6 +70,10 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		mf.BLAKE3, err = u.putWhole(ctx, fh, f, stamp, pre)
 	} else {
 		mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize, pre)
+		if errors.Is(err, errRecordedParts) {
+			u.opts.Logger.Info("the server refused the parts recorded as sent early; listing them", zap.String("file", f.RelPath), zap.Error(err))
+			mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize, pre)
+		}
 	}
 	if err != nil {
 		return manifest.File{}, err

@@ -21,7 +21,7 @@ import (
 // pre, when set, holds the hashes from an earlier read, which is not
 // repeated.
 func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.File, f File, stamp fileStamp, partSize int64, pre *digest) (string, error) {
-	up, held, err := u.openUpload(ctx, f, stamp, partSize)
+	up, held, recorded, err := u.openUpload(ctx, f, stamp, partSize)
 	if err != nil {
 		return "", err
 	}
@@ -73,12 +73,18 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	}
 	pg.Wait()
 	if err := errs.get(); err != nil {
+		if recorded && errors.Is(err, store.ErrNotExist) {
+			return "", u.refusedRecord(f, err)
+		}
 		return "", err
 	}
 	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
 		return "", err
 	}
 	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, parts); err != nil {
+		if recorded && ctx.Err() == nil {
+			return "", u.refusedRecord(f, err)
+		}
 		return "", fmt.Errorf("complete multipart upload: %w", err)
 	}
 	if pre != nil {
@@ -201,15 +207,36 @@ func (e *firstError) get() error {
 	return e.err
 }
 
+// errRecordedParts is a completion refused with the parts recorded when
+// they were sent early: uploadFile tries once more, listing them.
+var errRecordedParts = errors.New("complete multipart upload with the parts recorded when they were sent")
+
+// refusedRecord handles the server's refusal of an upload resumed from the
+// parts recorded as sent early (the upload was aborted meanwhile, or a
+// part is not the one recorded): the record goes, and the next try lists
+// the parts, or finds the upload gone and starts over.
+func (u *Uploader) refusedRecord(f File, err error) error {
+	if ferr := u.opts.State.ForgetSent(f.Key); ferr != nil {
+		return fmt.Errorf("complete multipart upload: %w (and %w)", err, ferr)
+	}
+	return fmt.Errorf("%w: %w", errRecordedParts, err)
+}
+
 // openUpload returns the multipart upload to use for f: the one recorded in
 // State if it is still valid for this exact file content and part size (with
-// the parts the server already holds), or a new one.
-func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (Upload, map[int32]store.Part, error) {
+// the parts the server already holds), or a new one. For an upload begun
+// while the file was written whose every part's answer is recorded, the
+// parts come from the record (recorded is true) instead of a listing.
+func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (up Upload, held map[int32]store.Part, recorded bool, err error) {
 	if st := u.opts.State; st != nil {
 		if prev, ok := st.Get(f.Key); ok {
 			// An upload begun while the file was written is kept whatever
 			// the stamp: putMultipart checks every part's digest.
 			if (prev.Stamp == stamp || prev.Early) && prev.PartSize == partSize {
+				if held, ok := recordedParts(prev); ok {
+					u.opts.Logger.Info("resuming multipart upload", zap.String("file", f.RelPath), zap.Int("parts_held", len(held)))
+					return prev, held, true, nil
+				}
 				parts, err := u.opts.Store.ListParts(ctx, f.Key, prev.UploadID)
 				if err == nil {
 					held := make(map[int32]store.Part, len(parts))
@@ -217,10 +244,10 @@ func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, part
 						held[p.Number] = p
 					}
 					u.opts.Logger.Info("resuming multipart upload", zap.String("file", f.RelPath), zap.Int("parts_held", len(parts)))
-					return prev, held, nil
+					return prev, held, false, nil
 				}
 				if !errors.Is(err, store.ErrNotExist) {
-					return Upload{}, nil, fmt.Errorf("list parts of the upload being resumed: %w", err)
+					return Upload{}, nil, false, fmt.Errorf("list parts of the upload being resumed: %w", err)
 				}
 				u.opts.Logger.Info("recorded multipart upload is gone; starting over", zap.String("file", f.RelPath))
 			} else {
@@ -232,13 +259,29 @@ func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, part
 	}
 	id, err := u.opts.Store.CreateMultipart(ctx, f.Key)
 	if err != nil {
-		return Upload{}, nil, fmt.Errorf("create multipart upload: %w", err)
+		return Upload{}, nil, false, fmt.Errorf("create multipart upload: %w", err)
 	}
-	up := Upload{UploadID: id, PartSize: partSize, Stamp: stamp}
+	up = Upload{UploadID: id, PartSize: partSize, Stamp: stamp}
 	if u.opts.State != nil {
 		if err := u.opts.State.Put(f.Key, up); err != nil {
-			return Upload{}, nil, fmt.Errorf("record multipart upload: %w", err)
+			return Upload{}, nil, false, fmt.Errorf("record multipart upload: %w", err)
 		}
 	}
-	return up, nil, nil
+	return up, nil, false, nil
+}
+
+// recordedParts returns the parts of an early upload from the server's
+// answers recorded as each was sent, when every part sent is recorded so.
+func recordedParts(up Upload) (map[int32]store.Part, bool) {
+	if !up.Early || len(up.Sent) == 0 || len(up.Sent) != len(up.Digests) {
+		return nil, false
+	}
+	held := make(map[int32]store.Part, len(up.Sent))
+	for n, p := range up.Sent {
+		if _, ok := up.Digests[n]; !ok || p.ETag == "" {
+			return nil, false
+		}
+		held[n] = store.Part{Number: n, Size: up.PartSize, ETag: p.ETag, CRC32C: p.CRC32C}
+	}
+	return held, true
 }

@@ -22,6 +22,17 @@ type Upload struct {
 	// keeps such a part only if the file's bytes there still hash to it.
 	Early   bool             `json:"early,omitempty"`
 	Digests map[int32]string `json:"digests,omitempty"`
+	// Sent holds, by part number, the server's answer to each part sent
+	// early, so that the push completes the upload without listing its
+	// parts first: one round trip less between the trainer's last write
+	// and the manifest.
+	Sent map[int32]SentPart `json:"sent,omitempty"`
+}
+
+// SentPart is the server's answer to a part sent early.
+type SentPart struct {
+	ETag   string `json:"etag"`
+	CRC32C string `json:"crc32c"`
 }
 
 // State is a small JSON file recording the multipart uploads of one push in
@@ -116,21 +127,39 @@ func (s *State) Put(key string, up Upload) error {
 	return s.write(snap, err)
 }
 
-// PutDigest records that part n of the early upload for key was sent with
-// bytes of the given digest, and saves the state.
-func (s *State) PutDigest(key string, n int32, digest string) error {
+// PutEarlyPart records that part n of the early upload for key was sent
+// with bytes of the given digest and answered with sent, and saves the
+// state.
+func (s *State) PutEarlyPart(key string, n int32, digest string, sent SentPart) error {
+	return s.change(key, func(up *Upload) {
+		// New maps: copies handed out by Get and Uploads stay as they were.
+		up.Digests, up.Sent = maps.Clone(up.Digests), maps.Clone(up.Sent)
+		if up.Digests == nil {
+			up.Digests = map[int32]string{}
+		}
+		if up.Sent == nil {
+			up.Sent = map[int32]SentPart{}
+		}
+		up.Digests[n], up.Sent[n] = digest, sent
+	})
+}
+
+// ForgetSent drops the server's answers recorded for the early upload of
+// key (the server refused to complete the upload with them): the next
+// push lists the parts instead.
+func (s *State) ForgetSent(key string) error {
+	return s.change(key, func(up *Upload) { up.Sent = nil })
+}
+
+// change applies fn to the upload recorded for key and saves the state.
+func (s *State) change(key string, fn func(*Upload)) error {
 	s.mu.Lock()
 	up, ok := s.data.Uploads[key]
 	if !ok {
 		s.mu.Unlock()
-		return fmt.Errorf("record part %d of %s: no upload recorded", n, key)
+		return fmt.Errorf("update the upload of %s: no upload recorded", key)
 	}
-	// A new map: copies handed out by Get and Uploads stay as they were.
-	up.Digests = maps.Clone(up.Digests)
-	if up.Digests == nil {
-		up.Digests = map[int32]string{}
-	}
-	up.Digests[n] = digest
+	fn(&up)
 	s.data.Uploads[key] = up
 	snap, err := s.snapshotLocked()
 	s.mu.Unlock()

@@ -27,7 +27,7 @@ func TestStateConcurrentSaves(t *testing.T) {
 	for f := range files {
 		for n := range parts {
 			wg.Go(func() {
-				if err := st.PutDigest(fmt.Sprint("key", f), int32(n+1), fmt.Sprint("d", f, "-", n)); err != nil {
+				if err := st.PutEarlyPart(fmt.Sprint("key", f), int32(n+1), fmt.Sprint("d", f, "-", n), SentPart{ETag: fmt.Sprint("e", n)}); err != nil {
 					t.Error(err)
 				}
 			})
@@ -40,7 +40,7 @@ func TestStateConcurrentSaves(t *testing.T) {
 	}
 	for f := range files {
 		up, ok := again.Get(fmt.Sprint("key", f))
-		if !ok || up.UploadID != fmt.Sprint("id", f) || len(up.Digests) != parts {
+		if !ok || up.UploadID != fmt.Sprint("id", f) || len(up.Digests) != parts || len(up.Sent) != parts {
 			t.Fatalf("reopened upload %d: %+v, %v; want %d digests", f, up, ok, parts)
 		}
 		for n := range parts {
