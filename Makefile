@@ -122,6 +122,13 @@ $(TOXIPROXY):
 	@mkdir -p $(dir $(TOXIPROXY))
 	GOBIN=$(dir $(TOXIPROXY)) $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 
+.PHONY: test-wan
+## test-wan: push and restore through toxiproxy while the link degrades
+## mid-transfer (cmd/ferry TestCLIDegradingLink): they slow down and
+## finish, with no error and every byte verified. Builds toxiproxy.
+test-wan: tools $(TOXIPROXY)
+	FERRY_TOXIPROXY=$(TOXIPROXY) FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^TestCLIDegradingLink$$' ./cmd/ferry/
+
 bench: tools $(S5CMD) bench-deps
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim

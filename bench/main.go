@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/internal/wanlink"
 )
 
 // config is every flag, converted once.
@@ -46,7 +47,7 @@ type config struct {
 	perfProfile bool
 	tls         bool
 	// wan, when set, puts toxiproxy between every tool and the server.
-	wan       *wanLink
+	wan       *wanlink.Link
 	toxiproxy string
 
 	ferry, trainsim, versitygw, s5cmd, aws, b3sum string
@@ -85,7 +86,7 @@ func parseFlags(args []string) (config, error) {
 		return c, err
 	}
 	if wan != "" {
-		l, err := parseWAN(wan)
+		l, err := wanlink.Parse(wan)
 		if err != nil {
 			return c, err
 		}

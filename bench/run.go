@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/wanlink"
 )
 
 // bench holds one run of the harness.
@@ -62,11 +64,11 @@ func run(ctx context.Context, cfg config) (err error) {
 	log.Printf("versitygw on %s, scratch in %s", b.srv.endpoint, work)
 	if cfg.wan != nil {
 		scheme, host, _ := strings.Cut(b.srv.endpoint, "://")
-		tp, err := startWAN(cfg.toxiproxy, host, *cfg.wan)
+		tp, err := wanlink.Start(cfg.toxiproxy, host, *cfg.wan)
 		if err != nil {
 			return err
 		}
-		defer tp.stop()
+		defer tp.Stop()
 		b.srv.endpoint = scheme + "://" + tp.Addr
 		log.Printf("every tool reaches the server through toxiproxy on %s: %s", tp.Addr, cfg.wan)
 		b.rep.note("link: every tool and the agent reached the server through toxiproxy: %s", cfg.wan)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/tlsca"
+	"github.com/ferrylabs/ferry/internal/wanlink"
 )
 
 // Credentials of the benchmark server; it listens on loopback only.
@@ -42,7 +43,7 @@ type server struct {
 }
 
 func startServer(bin, dir string, useTLS bool) (*server, error) {
-	addr, err := freeAddr()
+	addr, err := wanlink.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
