@@ -12,7 +12,6 @@ import (
 
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/pagecache"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
@@ -25,9 +24,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 var bufPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
 
 // uploadFile uploads one file, with a single PUT or as a multipart upload,
-// and returns its manifest entry. Part requests run on g so that they share
-// the uploader's concurrency with every other file.
-func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (manifest.File, error) {
+// and returns its manifest entry. Its part requests run in a group of their
+// own (sendParts) and share the uploader's request slots with every other
+// file.
+func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error) {
 	fh, stamp, err := openRegular(f.LocalPath)
 	if err != nil {
 		return manifest.File{}, fmt.Errorf("open: %w", err)
@@ -69,10 +69,10 @@ func (u *Uploader) uploadFile(ctx context.Context, g *errgroup.Group, f File) (m
 		u.abortEarly(ctx, f.Key)
 		mf.BLAKE3, err = u.putWhole(ctx, fh, f, stamp, pre)
 	} else {
-		mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize, pre)
+		mf.BLAKE3, err = u.putMultipart(ctx, fh, f, stamp, mf.PartSize, pre)
 		if errors.Is(err, errRecordedParts) {
 			u.opts.Logger.Info("the server refused the parts recorded as sent early; listing them", zap.String("file", f.RelPath), zap.Error(err))
-			mf.BLAKE3, err = u.putMultipart(ctx, g, fh, f, stamp, mf.PartSize, pre)
+			mf.BLAKE3, err = u.putMultipart(ctx, fh, f, stamp, mf.PartSize, pre)
 		}
 	}
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"sync"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -20,59 +19,15 @@ import (
 // its CRC32C is known, resuming an upload recorded in State if there is one.
 // pre, when set, holds the hashes from an earlier read, which is not
 // repeated.
-func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.File, f File, stamp fileStamp, partSize int64, pre *digest) (string, error) {
+func (u *Uploader) putMultipart(ctx context.Context, fh *os.File, f File, stamp fileStamp, partSize int64, pre *digest) (string, error) {
 	up, held, recorded, err := u.openUpload(ctx, f, stamp, partSize)
 	if err != nil {
 		return "", err
 	}
 	nparts := int32((stamp.Size + partSize - 1) / partSize)
-	parts := make([]store.Part, nparts)
-	var pg sync.WaitGroup
-	var errs firstError
-	ph := newPartHashes(up.Early, nparts)
-	for _, i := range partOrder(nparts, held, up.Early) {
-		if errs.get() != nil {
-			break
-		}
-		off := int64(i) * partSize
-		size := min(partSize, stamp.Size-off)
-		var crc uint32
-		var digest string
-		if pre != nil {
-			crc = pre.crcs[i]
-		} else if crc, digest, err = ph.hash(ctx, u, fh, i, off, size); err != nil {
-			pg.Wait()
-			return "", err
-		}
-		sum := store.EncodeCRC32C(crc)
-		if p, ok := held[i+1]; ok && p.Size == size && p.CRC32C == sum && (!up.Early || up.Digests[i+1] == digest) {
-			parts[i] = p
-			u.stats.resumed.Add(1)
-			u.durable(size)
-			continue
-		}
-		if _, sentEarly := up.Digests[i+1]; sentEarly {
-			u.stats.resent.Add(1) // rewritten since it was sent early
-		}
-		// The hasher takes the slot and hands it to the request, so it never
-		// runs more than one part ahead of the sends.
-		if err := u.acquire(ctx, size); err != nil {
-			errs.set(err)
-			break
-		}
-		pg.Add(1)
-		g.Go(func() error {
-			defer pg.Done()
-			p, err := u.sendPart(ctx, fh, f, up.UploadID, i+1, off, size, sum)
-			if err != nil {
-				errs.set(u.explain(f, stamp, fmt.Errorf("upload part %d: %w", i+1, err)))
-			}
-			parts[i] = p
-			return nil
-		})
-	}
-	pg.Wait()
-	if err := errs.get(); err != nil {
+	m := &fileParts{fh: fh, f: f, stamp: stamp, partSize: partSize, pre: pre, up: up, held: held,
+		ph: newPartHashes(up.Early, nparts), parts: make([]store.Part, nparts)}
+	if err := u.sendParts(ctx, m); err != nil {
 		if recorded && errors.Is(err, store.ErrNotExist) {
 			return "", u.refusedRecord(f, err)
 		}
@@ -81,7 +36,7 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
 		return "", err
 	}
-	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, parts); err != nil {
+	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, m.parts); err != nil {
 		if recorded && ctx.Err() == nil {
 			return "", u.refusedRecord(f, err)
 		}
@@ -90,7 +45,76 @@ func (u *Uploader) putMultipart(ctx context.Context, g *errgroup.Group, fh *os.F
 	if pre != nil {
 		return pre.blake3, nil
 	}
-	return ph.sum()
+	return m.ph.sum()
+}
+
+// fileParts is one file's multipart upload under way: what putMultipart
+// hashes and sends, and the parts as the server answers them.
+type fileParts struct {
+	fh       *os.File
+	f        File
+	stamp    fileStamp
+	partSize int64
+	pre      *digest // hashes from an earlier read, or nil
+	up       Upload
+	held     map[int32]store.Part // parts the server already holds
+	ph       *partHashes
+	parts    []store.Part // by index; complete once sendParts returns nil
+}
+
+// sendParts hashes and sends the parts of m that the server lacks. The
+// hashing pass and the file's part requests run in one errgroup of their
+// own: the first of them to fail cancels the others at once, and its
+// error is the one returned. The uploader's request slots still bound
+// what is in flight across every file.
+func (u *Uploader) sendParts(ctx context.Context, m *fileParts) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return u.hashParts(gctx, g, m) })
+	return g.Wait()
+}
+
+// hashParts reads the parts of m in partOrder, keeps those the server
+// already holds with the same bytes and starts a request on g for each
+// other one.
+func (u *Uploader) hashParts(ctx context.Context, g *errgroup.Group, m *fileParts) error {
+	for _, i := range partOrder(int32(len(m.parts)), m.held, m.up.Early) {
+		off := int64(i) * m.partSize
+		size := min(m.partSize, m.stamp.Size-off)
+		var crc uint32
+		var digest string
+		if m.pre != nil {
+			crc = m.pre.crcs[i]
+		} else {
+			var err error
+			if crc, digest, err = m.ph.hash(ctx, u, m.fh, i, off, size); err != nil {
+				return err
+			}
+		}
+		sum := store.EncodeCRC32C(crc)
+		if p, ok := m.held[i+1]; ok && p.Size == size && p.CRC32C == sum && (!m.up.Early || m.up.Digests[i+1] == digest) {
+			m.parts[i] = p
+			u.stats.resumed.Add(1)
+			u.durable(size)
+			continue
+		}
+		if _, sentEarly := m.up.Digests[i+1]; sentEarly {
+			u.stats.resent.Add(1) // rewritten since it was sent early
+		}
+		// The hasher takes the slot and hands it to the request, so it never
+		// runs more than one part ahead of the sends.
+		if err := u.acquire(ctx, size); err != nil {
+			return err
+		}
+		g.Go(func() error {
+			p, err := u.sendPart(ctx, m.fh, m.f, m.up.UploadID, i+1, off, size, sum)
+			if err != nil {
+				return u.explain(m.f, m.stamp, fmt.Errorf("upload part %d: %w", i+1, err))
+			}
+			m.parts[i] = p
+			return nil
+		})
+	}
+	return nil
 }
 
 // partOrder is the order putMultipart reads the parts in: file order,
@@ -185,26 +209,6 @@ func (u *Uploader) sendPart(ctx context.Context, fh *os.File, f File, uploadID s
 		u.stats.parts.Add(1)
 	}
 	return part, err
-}
-
-// firstError keeps the first error of concurrent work.
-type firstError struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (e *firstError) set(err error) {
-	e.mu.Lock()
-	if e.err == nil {
-		e.err = err
-	}
-	e.mu.Unlock()
-}
-
-func (e *firstError) get() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
 }
 
 // errRecordedParts is a completion refused with the parts recorded when

@@ -225,7 +225,7 @@ func (u *Uploader) Upload(ctx context.Context, files []File) ([]manifest.File, e
 		}
 		g.Go(func() error {
 			defer func() { <-hashers }()
-			mf, err := u.uploadFile(ctx, g, f)
+			mf, err := u.uploadFile(ctx, f)
 			if err != nil {
 				return fmt.Errorf("upload %s: %w", f.RelPath, err)
 			}
