@@ -159,12 +159,21 @@ func (r *report) compareTables(p func(string, ...any)) {
 					verif = "BLAKE3 of every byte"
 				}
 				cells := summaryCells(ready, s.Tool, f2(s.WallS), f2(s.ReadyS), fmt.Sprintf("%.0f", s.MiBps), f2(s.WallSyncS), f2(s.CPUPerGiB),
-					fmt.Sprintf("%.0f", s.MaxRSSMiB), f2(s.ServerCPUS), ratio(s.WallVsBestPeer), ratio(s.ReadyVsBestPeer), ratio(s.CPUVsBestPeer), verif)
+					fmt.Sprintf("%.0f", s.MaxRSSMiB), serverCPU(s), ratio(s.WallVsBestPeer), ratio(s.ReadyVsBestPeer), ratio(s.CPUVsBestPeer), verif)
 				p("| %s |\n", strings.Join(cells, " | "))
 			}
 			p("\n")
 		}
 	}
+}
+
+// serverCPU is the server's CPU seconds and, behind -wan, the link's
+// (toxiproxy's), which shares these cores with client and server.
+func serverCPU(s summary) string {
+	if s.LinkCPUS > 0 {
+		return fmt.Sprintf("%s (link %s)", f2(s.ServerCPUS), f2(s.LinkCPUS))
+	}
+	return f2(s.ServerCPUS)
 }
 
 // summaryCells returns the cells of one summary row, given in the order of

@@ -30,6 +30,8 @@ type sample struct {
 	MaxRSSMiB float64 `json:"max_rss_mib"`
 	// ServerCPUS is the server's user+system CPU during the run.
 	ServerCPUS float64 `json:"server_cpu_s"`
+	// LinkCPUS is toxiproxy's CPU during the run (-wan), 0 without it.
+	LinkCPUS float64 `json:"link_cpu_s,omitempty"`
 	// SyncS is how long a sync(2) right after the run took: the writeback
 	// the tool left in the page cache. ferry restore fsyncs every file
 	// before it returns; the peers do not, so their wall time alone leaves
@@ -80,16 +82,16 @@ func measure(ctx context.Context, c child, srv *server, after func() (time.Durat
 	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var before float64
+	var before, linkBefore float64
 	if srv != nil {
-		before = srv.cpu()
+		before, linkBefore = srv.cpu(), srv.proxyCPU()
 	}
 	start := time.Now()
 	err = cmd.Run()
 	wall := time.Since(start)
 	var s sample
 	if srv != nil {
-		s.ServerCPUS = srv.cpu() - before
+		s.ServerCPUS, s.LinkCPUS = srv.cpu()-before, srv.proxyCPU()-linkBefore
 	}
 	var afterErr error
 	if err == nil && after != nil {

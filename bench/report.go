@@ -102,6 +102,7 @@ type summary struct {
 	CPUPerGiB  float64 `json:"median_cpu_s_per_gib"`
 	MaxRSSMiB  float64 `json:"peak_rss_mib"`
 	ServerCPUS float64 `json:"median_server_cpu_s"`
+	LinkCPUS   float64 `json:"median_link_cpu_s,omitempty"`
 	// WallSyncS is the median of wall time plus the sync(2) after the run:
 	// time until the data is on the local disk (restore) or the server's.
 	WallSyncS float64 `json:"median_wall_plus_sync_s"`
@@ -179,7 +180,7 @@ func (r *report) finish() {
 func (r *report) summarize(set, phase string) []summary {
 	var rows []summary
 	for _, t := range r.Tools {
-		var walls, ready, cpus, srv, synced []float64
+		var walls, ready, cpus, srv, link, synced []float64
 		var rss float64
 		var bytes int64
 		for _, s := range r.Samples {
@@ -187,6 +188,7 @@ func (r *report) summarize(set, phase string) []summary {
 				continue
 			}
 			walls, cpus, srv = append(walls, s.WallS), append(cpus, s.cpuPerGiB()), append(srv, s.ServerCPUS)
+			link = append(link, s.LinkCPUS)
 			synced = append(synced, s.WallS+s.SyncS)
 			if s.ReadyS > 0 {
 				ready = append(ready, s.ReadyS)
@@ -199,7 +201,7 @@ func (r *report) summarize(set, phase string) []summary {
 		w := median(walls)
 		rows = append(rows, summary{Set: set, Tool: t.Name, Runs: len(walls), WallS: w, ReadyS: median(ready),
 			MiBps: mibps(bytes, w), CPUPerGiB: median(cpus),
-			MaxRSSMiB: rss, ServerCPUS: median(srv), WallSyncS: median(synced), Verifies: t.Verifies})
+			MaxRSSMiB: rss, ServerCPUS: median(srv), LinkCPUS: median(link), WallSyncS: median(synced), Verifies: t.Verifies})
 	}
 	return rows
 }

@@ -69,7 +69,7 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 		defer tp.Stop()
-		b.srv.endpoint = scheme + "://" + tp.Addr
+		b.srv.endpoint, b.srv.proxyPid = scheme+"://"+tp.Addr, tp.Pid()
 		log.Printf("every tool reaches the server through toxiproxy on %s: %s", tp.Addr, cfg.wan)
 		b.rep.note("link: every tool and the agent reached the server through toxiproxy: %s", cfg.wan)
 	}

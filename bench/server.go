@@ -40,6 +40,9 @@ type server struct {
 	// cleanup, when set, runs after the server stopped (its network
 	// namespace goes).
 	cleanup func()
+	// proxyPid, when set, is the toxiproxy in front of the server (-wan),
+	// whose CPU is counted apart: on these cores it competes with both.
+	proxyPid int
 }
 
 func startServer(bin, dir string, useTLS bool) (*server, error) {
@@ -133,6 +136,15 @@ func (s *server) pid() int { return s.cmd.Process.Pid }
 
 // cpu returns the server's user+system CPU seconds so far, all threads.
 func (s *server) cpu() float64 { return procCPU(s.pid()) }
+
+// proxyCPU returns the toxiproxy's user+system CPU seconds so far, 0
+// without one.
+func (s *server) proxyCPU() float64 {
+	if s.proxyPid == 0 {
+		return 0
+	}
+	return procCPU(s.proxyPid)
+}
 
 // removePrefix deletes everything stored under prefix, straight from the
 // server's directory: no request, so no CPU of any tool is spent on it.

@@ -162,6 +162,9 @@ func (p *Proxy) call(method, path string, body any) error {
 	return nil
 }
 
+// Pid is the toxiproxy server's process id (its CPU is the link's cost).
+func (p *Proxy) Pid() int { return p.cmd.Process.Pid }
+
 // Stop stops the toxiproxy server.
 func (p *Proxy) Stop() {
 	if p.cmd.Process == nil {
