@@ -1,8 +1,9 @@
 // Package agent is ferry's background process: it watches a checkpoint
-// directory, uploads each step once it is completely written (oldest first),
-// commits the step's manifest when all its files are durable, and optionally
-// applies local retention. It holds the policy; detection is in
-// agent/detect, the mechanics of uploading in uploader.
+// directory, uploads each step once it is completely written (when several
+// wait, newest first unless --when-behind says otherwise), commits the
+// step's manifest when all its files are durable, and optionally applies
+// local retention. It holds the policy; detection is in agent/detect, the
+// mechanics of uploading in uploader.
 //
 // Data flows one way: watcher -> queue -> uploader -> committer. The queue
 // lives in memory; what must survive a crash is on disk in the state dir:

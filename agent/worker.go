@@ -17,8 +17,9 @@ import (
 	"github.com/ferrylabs/ferry/uploader"
 )
 
-// work uploads queued steps one at a time, oldest first, until ctx ends or,
-// once draining, the queue is empty.
+// work uploads queued steps one at a time, in the order WhenBehind sets
+// (newest first by default), until ctx ends or, once draining, the queue
+// is empty.
 func (a *Agent) work(ctx context.Context) {
 	for ctx.Err() == nil {
 		a.cleanupAbandoned(ctx)

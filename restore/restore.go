@@ -5,9 +5,12 @@
 // plans every path it will write (rejecting anything that could land outside
 // the target directory before writing a byte), keeps files that are already
 // correct, downloads the rest with parallel ranged GETs into temp files next
-// to their final paths, verifies size and hash, fsyncs and renames them into
-// place, and recreates the manifest's symlinks last. A final path only ever
-// holds its old content or the verified new content.
+// to their final paths, verifies size and hash, renames them into place, and
+// recreates the manifest's symlinks last. A final path only ever holds its
+// old content or the verified new content. With Options.Fsync (--fsync)
+// each file is also fsynced before its rename, and every changed directory
+// once at the end; without it the kernel writes the data back in its own
+// time, and a later restore re-verifies what it finds before keeping it.
 //
 // What is replaced: a file with the wrong content, or a symlink where the
 // manifest has a file, is replaced by rename (a link's target is never

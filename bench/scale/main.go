@@ -1,7 +1,8 @@
 // Command scale runs ferry's multi-node commit, restore planning, big
 // manifests and long histories in one process against the in-memory store
 // with a latency per request like R2's, and reports requests, time and
-// cost. `make scale` runs it; see the README's Scale section.
+// cost. `make scale` runs it; see the Scale section of
+// docs/performance.md.
 package main
 
 import (
