@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/ctxtime"
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
@@ -96,7 +97,7 @@ func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, 
 	pause := min(estimate, claimTiming.maxPoll)
 	key := DoneKey(prefix, set)
 	for {
-		if err := sleepCtx(ctx, pause); err != nil {
+		if err := ctxtime.Sleep(ctx, pause); err != nil {
 			return false, fmt.Errorf("commit step %d: wait for node merging it: %w", set.Step, err)
 		}
 		done, err := markerValid(ctx, st, prefix, set, key)
@@ -106,7 +107,7 @@ func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, 
 		now := time.Now()
 		if !now.Before(deadline) {
 			// The claimant is gone or stuck: merge, nodes a little apart.
-			return false, sleepCtx(ctx, time.Duration(nodeRank%16)*claimTiming.spread)
+			return false, ctxtime.Sleep(ctx, time.Duration(nodeRank%16)*claimTiming.spread)
 		}
 		pause = min(pause*2, claimTiming.maxPoll, deadline.Sub(now))
 	}
@@ -127,13 +128,4 @@ func markerValid(ctx context.Context, st store.Store, prefix string, set PartSet
 		}
 	}
 	return true, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d): // collected when it fires or is dropped (Go 1.23)
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
+	"github.com/ferrylabs/ferry/internal/ctxtime"
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
@@ -173,7 +174,7 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		}
 		w.r.log.Warn("retrying ranged GET", zap.String("path", t.job.file.Path),
 			zap.Int64("offset", w.pos), zap.Int("retry", retries), zap.Error(err))
-		if err := sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -304,17 +305,6 @@ func alignedBuffer(n, align int) []byte {
 		skip = align - r
 	}
 	return b[skip : skip+n : skip+n]
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // minGetWeight is what a GET counts against the byte budget at least: a

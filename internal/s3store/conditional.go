@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/ctxtime"
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
@@ -41,7 +42,7 @@ func (s *Store) putConditional(ctx context.Context, in *s3.PutObjectInput, body 
 		if err == nil || httpStatus(err) != http.StatusTooManyRequests || attempt >= s.maxAttempts {
 			return out, false, err
 		}
-		if serr := sleepCtx(ctx, throttleBackoff(attempt)); serr != nil {
+		if serr := ctxtime.Sleep(ctx, throttleBackoff(attempt)); serr != nil {
 			return nil, false, err
 		}
 		if s.preconditionFails(ctx, key, opts) {
@@ -107,15 +108,4 @@ func httpStatus(err error) int {
 		return withStatus.HTTPStatusCode()
 	}
 	return 0
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

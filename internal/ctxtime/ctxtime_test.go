@@ -1,0 +1,19 @@
+package ctxtime
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestSleep(t *testing.T) {
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("Sleep: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep with a cancelled context: %v, want context.Canceled", err)
+	}
+}
