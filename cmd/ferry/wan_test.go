@@ -74,21 +74,19 @@ func throughDegradation(t *testing.T, proxy *wanlink.Proxy, cmd *exec.Cmd, good,
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		t.Fatalf("%s finished (%v) before the link degraded; the test needs more data\nstderr: %s", cmd.Args[1], err, errb.String())
-	case <-time.After(300 * time.Millisecond):
-	}
-	if err := proxy.Set(bad); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("%s finished (%v) within the degraded 2 s; the test needs more data\nstderr: %s", cmd.Args[1], err, errb.String())
-	case <-time.After(2 * time.Second):
-	}
-	if err := proxy.Set(good); err != nil {
-		t.Fatal(err)
+	for _, phase := range []struct {
+		after time.Duration
+		link  wanlink.Link
+		what  string
+	}{{300 * time.Millisecond, bad, "before the link degraded"}, {2 * time.Second, good, "within the degraded 2 s"}} {
+		select {
+		case err := <-done:
+			t.Fatalf("%s finished (%v) %s; the test needs more data\nstderr: %s", cmd.Args[1], err, phase.what, errb.String())
+		case <-time.After(phase.after):
+		}
+		if err := proxy.Set(phase.link); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("%s over a degrading link: %v\nstdout: %s\nstderr: %s", cmd.Args[1], err, out.String(), errb.String())
