@@ -81,7 +81,8 @@ func Start(bin, upstream string, l Link) (*Proxy, error) {
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start toxiproxy: %w", err)
 	}
-	if err := p.setUp(upstream); err == nil {
+	err = p.setUp(upstream)
+	if err == nil {
 		err = p.Set(l)
 	}
 	if err != nil {
