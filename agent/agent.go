@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,10 +135,7 @@ type Agent struct {
 	wake     chan struct{}
 	draining atomic.Bool
 	abort    context.CancelFunc
-	sent     atomic.Int64
-	// sentEarly counts the bytes the pipeline sent.
-	sentEarly atomic.Int64
-	rate      rateMeter
+	traffic  traffic
 }
 
 // entry is the agent's record of one step.
@@ -219,12 +217,13 @@ func New(opts Options) (*Agent, error) {
 		remote:  map[int64]bool{},
 		counted: map[string]int64{},
 	}
+	a.traffic.metrics, a.traffic.forward = opts.Metrics, opts.Upload.OnSent
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
 	dopts.ReportWriting = opts.Pipeline
 	if opts.Pipeline {
-		a.pipe = newPipeline(a)
+		a.pipe = newPipeline(pipelineConfig{dest: a.destination(), upload: opts.Upload, sent: a.traffic.addEarly, log: a.log})
 	}
 	if a.watcher, err = detect.New(dopts); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -239,78 +238,6 @@ func (o *Options) identity() Identity {
 
 // uploadStateDir holds the uploader's per-step state files.
 func (a *Agent) uploadStateDir() string { return filepath.Join(a.opts.StateDir, "uploads") }
-
-// alreadyDoneLocked reports whether a step the watcher found complete needs
-// no upload: committed by this agent before (journal) or found in the
-// bucket at start-up; the watcher reports every complete step when it
-// starts. A counted step is recognised by its content, since its number is
-// new at every start. why is the log line saying so, warn whether it is a
-// warning.
-func (a *Agent) alreadyDoneLocked(s *detect.Step) (done bool, why string, warn bool) {
-	if s.Counted {
-		if n, ok := a.journal.findContent(s.Root, localFiles(*s)); ok {
-			return true, fmt.Sprintf("not uploading %s: these files were committed before as step %d", s.ID, n), false
-		}
-		return false, "", false
-	}
-	if e, ok := a.journal.get(s.Number); ok {
-		if e.Root == s.Root && sameLocalFiles(e.Files, localFiles(*s)) {
-			return true, "not uploading: step already committed by this agent", false
-		}
-		if a.opts.Nodes > 1 {
-			return true, "not uploading: step already committed, but its files on disk changed since; a multi-node step is not revised, so the bucket keeps the committed version (push it under another step number to keep this one)", true
-		}
-		return false, "", false // changed since committed: revised (completeLocked)
-	}
-	if a.remote[s.Number] {
-		return true, "not uploading: step already committed in the bucket", false
-	}
-	return false, "", false
-}
-
-// numberLocked gives a watcher event the agent's step number: the one read
-// from names, or for a counted step the next counter value when it is
-// reported complete and the one it was given when it is withdrawn. ok is
-// false for an event that concerns no step of the agent (a counted step it
-// never took on).
-func (a *Agent) numberLocked(ev *detect.Event) (n int64, ok bool) {
-	s := &ev.Step
-	if !s.Counted {
-		return s.Number, true
-	}
-	switch ev.Kind {
-	case detect.Complete:
-		if prev, ok := a.counted[s.ID]; ok {
-			if _, committed := a.journal.get(prev); committed {
-				// Changed after its commit: the same step, revised.
-				s.Number = prev
-				return prev, true
-			}
-		}
-		n = a.counter
-		a.counter++
-		a.counted[s.ID] = n
-	case detect.Deleted:
-		if n, ok = a.counted[s.ID]; !ok {
-			return 0, false
-		}
-	default:
-		if n, ok = a.counted[s.ID]; !ok {
-			n = a.counter // shown in status until the step is readable
-		}
-	}
-	s.Number = n
-	return n, true
-}
-
-// localFiles is how the journal records a step's files.
-func localFiles(s detect.Step) []localFile {
-	out := make([]localFile, len(s.Files))
-	for i, f := range s.Files {
-		out[i] = localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()}
-	}
-	return out
-}
 
 // Run watches and uploads until ctx is cancelled; then it stops watching,
 // keeps uploading the steps already found complete for up to DrainTimeout
@@ -438,4 +365,48 @@ func (a *Agent) lastCommitted() int64 {
 	}
 	a.mu.Unlock()
 	return last
+}
+
+// queueDepthLocked counts the steps waiting for upload.
+func (a *Agent) queueDepthLocked() int {
+	d := 0
+	for _, e := range a.steps {
+		if e.status.State == control.StatePending || e.status.State == control.StateFailed {
+			d++
+		}
+	}
+	return d
+}
+
+// changedLocked wakes Flush waiters.
+func (a *Agent) changedLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// notify wakes Flush waiters and the worker.
+func (a *Agent) notify() {
+	a.mu.Lock()
+	a.changedLocked()
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// unfinished returns the steps seen complete that are neither committed
+// nor abandoned, sorted.
+func (a *Agent) unfinished() []int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int64
+	for n, e := range a.steps {
+		switch e.status.State {
+		case control.StatePending, control.StateUploading, control.StateFailed:
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
@@ -22,9 +21,9 @@ func (a *Agent) Status() control.Status {
 		Started:        a.started.UTC(),
 		Draining:       a.draining.Load(),
 		LastCommitted:  a.lastCommitted(),
-		BytesSent:      a.sent.Load(),
-		BytesSentEarly: a.sentEarly.Load(),
-		Rate:           a.rate.perSecond(),
+		BytesSent:      a.traffic.sent.Load(),
+		BytesSentEarly: a.traffic.sentEarly.Load(),
+		Rate:           a.traffic.rate.perSecond(),
 
 		RateWindowSeconds: rateWindow,
 		Settling:          a.watcher.Pending(),
@@ -73,38 +72,4 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 		case <-changed:
 		}
 	}
-}
-
-// rateWindow is the window of the status rate, in seconds.
-const rateWindow = 60
-
-// rateMeter measures bytes per second over the last rateWindow seconds.
-type rateMeter struct {
-	mu      sync.Mutex
-	samples [rateWindow]int64 // bytes per second, ring indexed by unix second
-	stamp   [rateWindow]int64 // which unix second each slot holds
-}
-
-func (r *rateMeter) add(n int64) {
-	now := time.Now().Unix()
-	r.mu.Lock()
-	i := now % rateWindow
-	if r.stamp[i] != now {
-		r.stamp[i], r.samples[i] = now, 0
-	}
-	r.samples[i] += n
-	r.mu.Unlock()
-}
-
-func (r *rateMeter) perSecond() float64 {
-	now := time.Now().Unix()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var sum int64
-	for i := range r.samples {
-		if now-r.stamp[i] < rateWindow {
-			sum += r.samples[i]
-		}
-	}
-	return float64(sum) / rateWindow
 }

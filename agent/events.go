@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
@@ -13,7 +12,9 @@ import (
 
 // handle applies one watcher event: the watcher reports what it sees on
 // disk and the agent decides, against its journal and the bucket, what it
-// means. It never blocks on uploads or I/O.
+// means. It never blocks on uploads or I/O. This file holds the whole of
+// that policy: a step already done, a step's number, and what each kind of
+// event does to the queue and to the pipeline.
 func (a *Agent) handle(ev detect.Event) {
 	a.mu.Lock()
 	if ev.Kind == detect.Complete {
@@ -71,6 +72,69 @@ func (a *Agent) writingLocked(s detect.Step) {
 		return
 	}
 	a.pipe.writing(s)
+}
+
+// alreadyDoneLocked reports whether a step the watcher found complete needs
+// no upload: committed by this agent before (journal) or found in the
+// bucket at start-up; the watcher reports every complete step when it
+// starts. A counted step is recognised by its content, since its number is
+// new at every start. why is the log line saying so, warn whether it is a
+// warning.
+func (a *Agent) alreadyDoneLocked(s *detect.Step) (done bool, why string, warn bool) {
+	if s.Counted {
+		if n, ok := a.journal.findContent(s.Root, localFiles(*s)); ok {
+			return true, fmt.Sprintf("not uploading %s: these files were committed before as step %d", s.ID, n), false
+		}
+		return false, "", false
+	}
+	if e, ok := a.journal.get(s.Number); ok {
+		if e.Root == s.Root && sameLocalFiles(e.Files, localFiles(*s)) {
+			return true, "not uploading: step already committed by this agent", false
+		}
+		if a.opts.Nodes > 1 {
+			return true, "not uploading: step already committed, but its files on disk changed since; a multi-node step is not revised, so the bucket keeps the committed version (push it under another step number to keep this one)", true
+		}
+		return false, "", false // changed since committed: revised (completeLocked)
+	}
+	if a.remote[s.Number] {
+		return true, "not uploading: step already committed in the bucket", false
+	}
+	return false, "", false
+}
+
+// numberLocked gives a watcher event the agent's step number: the one read
+// from names, or for a counted step the next counter value when it is
+// reported complete and the one it was given when it is withdrawn. ok is
+// false for an event that concerns no step of the agent (a counted step it
+// never took on).
+func (a *Agent) numberLocked(ev *detect.Event) (n int64, ok bool) {
+	s := &ev.Step
+	if !s.Counted {
+		return s.Number, true
+	}
+	switch ev.Kind {
+	case detect.Complete:
+		if prev, ok := a.counted[s.ID]; ok {
+			if _, committed := a.journal.get(prev); committed {
+				// Changed after its commit: the same step, revised.
+				s.Number = prev
+				return prev, true
+			}
+		}
+		n = a.counter
+		a.counter++
+		a.counted[s.ID] = n
+	case detect.Deleted:
+		if n, ok = a.counted[s.ID]; !ok {
+			return 0, false
+		}
+	default:
+		if n, ok = a.counted[s.ID]; !ok {
+			n = a.counter // shown in status until the step is readable
+		}
+	}
+	s.Number = n
+	return n, true
 }
 
 // stepField names a step in a log line: its number, or a counted step's ID.
@@ -149,46 +213,4 @@ func (a *Agent) unreadableLocked(e *entry, ev detect.Event, n int64) {
 		e.status.Error = msg
 		e.nextTry = time.Now().Add(a.opts.RetryMax)
 	}
-}
-
-func (a *Agent) queueDepthLocked() int {
-	d := 0
-	for _, e := range a.steps {
-		if e.status.State == control.StatePending || e.status.State == control.StateFailed {
-			d++
-		}
-	}
-	return d
-}
-
-// changedLocked wakes Flush waiters.
-func (a *Agent) changedLocked() {
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
-
-func (a *Agent) notify() {
-	a.mu.Lock()
-	a.changedLocked()
-	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-// unfinished returns the steps seen complete that are neither committed
-// nor abandoned, sorted.
-func (a *Agent) unfinished() []int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []int64
-	for n, e := range a.steps {
-		switch e.status.State {
-		case control.StatePending, control.StateUploading, control.StateFailed:
-			out = append(out, n)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }

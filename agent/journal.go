@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/atomicfile"
 )
 
@@ -100,6 +101,15 @@ func (j *journal) findContent(root string, files []localFile) (int64, bool) {
 }
 
 func sameLocalFiles(a, b []localFile) bool { return slices.Equal(a, b) }
+
+// localFiles is how the journal records a step's files.
+func localFiles(s detect.Step) []localFile {
+	out := make([]localFile, len(s.Files))
+	for i, f := range s.Files {
+		out[i] = localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()}
+	}
+	return out
+}
 
 // add records a committed step and saves the journal.
 func (j *journal) add(e committedEntry) error {

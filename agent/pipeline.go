@@ -24,8 +24,13 @@ const earlyRetry = 10 * time.Second
 // what goes first. Before the worker pushes a step, or the pipeline
 // abandons one that vanished, quiesce stops the step's sender and waits
 // for it: the step's resume state has one writer at a time.
+//
+// The pipeline knows nothing of the agent: it gets what it needs when it
+// is built (pipelineConfig), and the agent calls it, under Agent.mu for
+// the watcher's events. Its own lock is never held across I/O or a call
+// out of the pipeline.
 type pipeline struct {
-	a    *Agent
+	cfg  pipelineConfig
 	wake chan struct{}
 
 	mu      sync.Mutex
@@ -43,8 +48,20 @@ type earlyRun struct {
 	done chan struct{}
 }
 
-func newPipeline(a *Agent) *pipeline {
-	return &pipeline{a: a, wake: make(chan struct{}, 1), growing: map[int64]detect.Step{}, fresh: map[int64]bool{},
+// pipelineConfig is what the pipeline is given when it is built.
+type pipelineConfig struct {
+	// dest is where the parts go: the agent's destination.
+	dest uploader.Destination
+	// upload configures the transfers (part size, concurrency, bandwidth).
+	upload uploader.Options
+	// sent is told of the bytes the server acknowledged, from the senders'
+	// goroutines; it must not block.
+	sent func(n int64)
+	log  *zap.Logger
+}
+
+func newPipeline(cfg pipelineConfig) *pipeline {
+	return &pipeline{cfg: cfg, wake: make(chan struct{}, 1), growing: map[int64]detect.Step{}, fresh: map[int64]bool{},
 		active: map[int64]*earlyRun{}, retryAt: map[int64]time.Time{}}
 }
 
@@ -133,8 +150,8 @@ func (p *pipeline) run(ctx context.Context) {
 		}
 		for _, n := range p.takeGone() {
 			p.quiesce(n)
-			if err := p.a.destination().Abandon(ctx, n); err != nil {
-				p.a.log.Warn("could not abort the parts sent early of a step that vanished", zap.Int64("step", n), zap.Error(err))
+			if err := p.cfg.dest.Abandon(ctx, n); err != nil {
+				p.cfg.log.Warn("could not abort the parts sent early of a step that vanished", zap.Int64("step", n), zap.Error(err))
 			}
 		}
 		for _, run := range p.startable() {
@@ -192,19 +209,15 @@ func (p *pipeline) send(ctx context.Context, s detect.Step, r *earlyRun) {
 		close(r.done)
 		p.signal()
 	}()
-	a := p.a
-	opts := uploader.PushOptions{Upload: a.opts.Upload}
-	opts.Upload.OnSent = func(b int64) {
-		a.sentEarly.Add(b)
-		a.countSent(b)
-	}
+	opts := uploader.PushOptions{Upload: p.cfg.upload}
+	opts.Upload.OnSent = p.cfg.sent
 	opts.Upload.OnDurable, opts.Upload.OnDedup, opts.Upload.OnHashed = nil, nil, nil
-	es, err := a.destination().SendEarly(ctx, s, opts, r.stop.Load)
+	es, err := p.cfg.dest.SendEarly(ctx, s, opts, r.stop.Load)
 	if es.Parts > 0 {
-		a.log.Debug("sent parts of a step still being written", zap.Int64("step", s.Number), zap.Int64("parts", es.Parts), zap.Int64("bytes", es.Bytes))
+		p.cfg.log.Debug("sent parts of a step still being written", zap.Int64("step", s.Number), zap.Int64("parts", es.Parts), zap.Int64("bytes", es.Bytes))
 	}
 	if err != nil && ctx.Err() == nil {
-		a.log.Warn("could not send parts while the step is written; they go once it is complete", zap.Int64("step", s.Number), zap.Error(err))
+		p.cfg.log.Warn("could not send parts while the step is written; they go once it is complete", zap.Int64("step", s.Number), zap.Error(err))
 		p.mu.Lock()
 		p.retryAt[s.Number], p.fresh[s.Number] = time.Now().Add(earlyRetry), true
 		p.mu.Unlock()

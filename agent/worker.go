@@ -156,7 +156,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 
 	uopts := a.opts.Upload
 	uopts.OnSent = func(b int64) {
-		a.countSent(b)
+		a.traffic.add(b)
 		a.mu.Lock()
 		e.status.BytesSent += b
 		a.mu.Unlock()
@@ -184,16 +184,6 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		// Disk and network work of a commit, outside the lock: status,
 		// flush and the watcher never wait on a fsync or a slow server.
 		a.recordCommitted(ctx, e, res)
-	}
-}
-
-// countSent accounts bytes the server acknowledged, pushed or sent early.
-func (a *Agent) countSent(b int64) {
-	a.sent.Add(b)
-	a.rate.add(b)
-	a.opts.Metrics.AddBytes(b)
-	if a.opts.Upload.OnSent != nil {
-		a.opts.Upload.OnSent(b)
 	}
 }
 
