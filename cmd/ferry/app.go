@@ -66,6 +66,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newRestoreCommand(),
 			newListCommand(),
 			newShowCommand(),
+			newVerifyCommand(),
 			newStatusCommand(),
 			newFlushCommand(),
 			newPruneCommand(),

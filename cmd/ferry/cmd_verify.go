@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/verify"
+)
+
+type verifyOptions struct {
+	remote      remoteOptions
+	from        string
+	step        int64
+	last        int
+	all         bool
+	share       float64
+	json        bool
+	bandwidth   int64
+	concurrency int
+}
+
+func newVerifyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "check that committed steps are restorable, writing nothing locally: manifest, objects present with their sizes, and with --read-data every byte's BLAKE3",
+		Description: "Checks the latest committed step unless told --step N, --last N or --all. Each step's manifest and shards must read and validate,\n" +
+			"and every object they reference must exist with the recorded size (one LIST per folder of objects, a HEAD for a folder of one).\n" +
+			"--read-data streams every object and checks its bytes against the manifest's BLAKE3; --read-data-subset 10% does so for a random\n" +
+			"choice of files holding about that share of each step's bytes. Exit 0 when everything checked holds; 1 with one line per problem\n" +
+			"(missing, wrong size, wrong hash, unreadable, manifest); 3 when there is no committed step.",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.Int64Flag{Name: "step", Value: -1, Usage: "check this step (default: the latest committed)"},
+			&cli.IntFlag{Name: "last", Usage: "check the newest `N` committed steps"},
+			&cli.BoolFlag{Name: "all", Usage: "check every committed step"},
+			&cli.BoolFlag{Name: "read-data", Usage: "also read every object and check its bytes against the manifest's BLAKE3"},
+			&cli.StringFlag{Name: "read-data-subset", Usage: "read and check a random choice of files holding about `PERCENT` of each step's bytes, e.g. 10%"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON: each step with its problems, and the requests made by operation"},
+			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the read rate of --read-data, e.g. 800MiB/s (default: unlimited)"},
+			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_CONCURRENCY"}, Value: verify.DefaultConcurrency, Usage: "most ranged GETs in flight with --read-data"},
+		}, commonFlags()...),
+		Action: func(c *cli.Context) error {
+			o, err := readVerifyOptions(c)
+			if err != nil {
+				return err
+			}
+			return runVerify(c.Context, o, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+// readVerifyOptions reads and checks verify's flags.
+func readVerifyOptions(c *cli.Context) (verifyOptions, error) {
+	o := verifyOptions{remote: readRemoteOptions(c), from: c.String("from"), step: c.Int64("step"), last: c.Int("last"),
+		all: c.Bool("all"), json: c.Bool("json"), concurrency: c.Int("concurrency")}
+	if c.Args().Len() > 0 {
+		return o, usagef("verify takes no arguments (got %q)", c.Args().First())
+	}
+	picked := 0
+	for _, set := range []bool{c.IsSet("step"), c.IsSet("last"), o.all} {
+		if set {
+			picked++
+		}
+	}
+	switch {
+	case picked > 1:
+		return o, usagef("--step, --last and --all choose the steps to check: give one of them")
+	case c.IsSet("last") && o.last < 1:
+		return o, usagef("--last %d: want the number of newest steps to check, at least 1", o.last)
+	case c.IsSet("step") && o.step < 0:
+		return o, usagef("--step %d: want a step number, 0 or more", o.step)
+	case o.concurrency < 1 || o.concurrency > 1024:
+		return o, usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
+	}
+	var err error
+	if o.share, err = readShare(c); err != nil {
+		return o, err
+	}
+	if o.bandwidth, err = rateFlag(c, "bandwidth"); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// readShare reads --read-data and --read-data-subset into a share of the
+// bytes to read: 0, (0, 1) or 1.
+func readShare(c *cli.Context) (float64, error) {
+	subset := c.String("read-data-subset")
+	switch {
+	case c.Bool("read-data") && subset != "":
+		return 0, usagef("--read-data reads everything; --read-data-subset a share: give one of them")
+	case c.Bool("read-data"):
+		return 1, nil
+	case subset == "":
+		return 0, nil
+	}
+	pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(subset), "%"), 64)
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(subset), "%") || pct <= 0 || pct > 100 {
+		return 0, usagef("--read-data-subset %q: want a percentage above 0 and at most 100, e.g. 10%%", subset)
+	}
+	return pct / 100, nil
+}
+
+func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) error {
+	log, err := newLogger(o.remote, stderr)
+	if err != nil {
+		return err
+	}
+	var counters s3store.Counters
+	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency, &counters)
+	if err != nil {
+		return err
+	}
+	steps, err := stepsToVerify(ctx, st, loc, o)
+	if err != nil {
+		return err
+	}
+	reps, err := verify.Verify(ctx, verify.Options{Store: st, Prefix: loc.Prefix, Steps: steps, ReadShare: o.share,
+		Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), Logger: log})
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", loc, err)
+	}
+	if o.json {
+		if err := printJSON(stdout, verifyJSON{Steps: reps, Requests: counters.Snapshot()}); err != nil {
+			return err
+		}
+	} else {
+		printVerify(stdout, reps)
+	}
+	return verifyOutcome(loc, reps)
+}
+
+// verifyJSON is verify's --json output.
+type verifyJSON struct {
+	Steps []verify.StepReport `json:"steps"`
+	// Requests counts the S3 requests made, by operation, retries included.
+	Requests map[string]int64 `json:"requests"`
+}
+
+// stepsToVerify returns the committed steps o selects, newest first.
+func stepsToVerify(ctx context.Context, st store.Store, loc manifest.Location, o verifyOptions) ([]int64, error) {
+	if o.step >= 0 {
+		return []int64{o.step}, nil
+	}
+	limit := 1
+	switch {
+	case o.all:
+		limit = 0
+	case o.last > 0:
+		limit = o.last
+	}
+	steps, err := manifest.Steps(ctx, st, loc.Prefix, limit)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: %w", loc, err)
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("verify %s: %w", loc, manifest.ErrNoCheckpoint)
+	}
+	return steps, nil
+}
+
+// printVerify prints a line per step and one per problem.
+func printVerify(w io.Writer, reps []verify.StepReport) {
+	for _, r := range reps {
+		read := ""
+		if r.FilesRead > 0 {
+			read = fmt.Sprintf(", %d read (%s)", r.FilesRead, units.FormatBytes(r.BytesRead))
+		}
+		state := "ok"
+		if !r.OK() {
+			state = fmt.Sprintf("%d problems", len(r.Problems))
+		}
+		fmt.Fprintf(w, "step %d: %s: %d files, %s%s\n", r.Step, state, r.Files, units.FormatBytes(r.Bytes), read)
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+	}
+}
+
+// errVerifyFailed is verify's outcome when a step has problems.
+var errVerifyFailed = errors.New("not restorable as recorded")
+
+// verifyOutcome is nil when every step holds, else an error naming the
+// broken steps (exit 1).
+func verifyOutcome(loc manifest.Location, reps []verify.StepReport) error {
+	var bad []string
+	for _, r := range reps {
+		if !r.OK() {
+			bad = append(bad, strconv.FormatInt(r.Step, 10))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("verify %s: step %s %w (the problems are listed above)", loc, strings.Join(bad, ", "), errVerifyFailed)
+}
