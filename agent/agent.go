@@ -217,13 +217,13 @@ func New(opts Options) (*Agent, error) {
 		remote:  map[int64]bool{},
 		counted: map[string]int64{},
 	}
-	a.traffic.metrics, a.traffic.forward = opts.Metrics, opts.Upload.OnSent
+	a.traffic.metrics = opts.Metrics
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
 	dopts.ReportWriting = opts.Pipeline
 	if opts.Pipeline {
-		a.pipe = newPipeline(pipelineConfig{dest: a.destination(), upload: opts.Upload, sent: a.traffic.addEarly, log: a.log})
+		a.pipe = newPipeline(pipelineConfig{dest: a.destination(), upload: opts.Upload, progress: earlyProgress{t: &a.traffic}, log: a.log})
 	}
 	if a.watcher, err = detect.New(dopts); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)

@@ -54,10 +54,10 @@ type pipelineConfig struct {
 	dest uploader.Destination
 	// upload configures the transfers (part size, concurrency, bandwidth).
 	upload uploader.Options
-	// sent is told of the bytes the server acknowledged, from the senders'
-	// goroutines; it must not block.
-	sent func(n int64)
-	log  *zap.Logger
+	// progress is told of the bytes the server acknowledged, from the
+	// senders' goroutines.
+	progress uploader.Progress
+	log      *zap.Logger
 }
 
 func newPipeline(cfg pipelineConfig) *pipeline {
@@ -209,9 +209,7 @@ func (p *pipeline) send(ctx context.Context, s detect.Step, r *earlyRun) {
 		close(r.done)
 		p.signal()
 	}()
-	opts := uploader.PushOptions{Upload: p.cfg.upload}
-	opts.Upload.OnSent = p.cfg.sent
-	opts.Upload.OnDurable, opts.Upload.OnDedup, opts.Upload.OnHashed = nil, nil, nil
+	opts := uploader.PushOptions{Upload: p.cfg.upload, Progress: p.cfg.progress}
 	es, err := p.cfg.dest.SendEarly(ctx, s, opts, r.stop.Load)
 	if es.Parts > 0 {
 		p.cfg.log.Debug("sent parts of a step still being written", zap.Int64("step", s.Number), zap.Int64("parts", es.Parts), zap.Int64("bytes", es.Bytes))

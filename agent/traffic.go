@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
+	"github.com/ferrylabs/ferry/uploader"
 )
 
 // traffic counts the bytes the server acknowledged, for status and the
@@ -16,9 +17,6 @@ type traffic struct {
 	sentEarly atomic.Int64 // of sent, the bytes the pipeline sent
 	rate      rateMeter
 	metrics   *control.Metrics
-	// forward, when set, is told of every byte counted
-	// (Options.Upload.OnSent).
-	forward func(n int64)
 }
 
 // add counts bytes the server acknowledged, pushed or sent early.
@@ -26,16 +24,40 @@ func (t *traffic) add(b int64) {
 	t.sent.Add(b)
 	t.rate.add(b)
 	t.metrics.AddBytes(b)
-	if t.forward != nil {
-		t.forward(b)
-	}
 }
 
-// addEarly counts bytes the pipeline sent.
-func (t *traffic) addEarly(b int64) {
-	t.sentEarly.Add(b)
-	t.add(b)
+// earlyProgress is the pipeline's uploader.Progress: the bytes it sends
+// count as sent early.
+type earlyProgress struct {
+	uploader.NoProgress
+	t *traffic
 }
+
+// Sent implements uploader.Progress.
+func (p earlyProgress) Sent(b int64) {
+	p.t.sentEarly.Add(b)
+	p.t.add(b)
+}
+
+// pushProgress is the worker's uploader.Progress for one push: the bytes
+// sent count in the traffic and in the step's status, those deduplicated
+// in the metrics.
+type pushProgress struct {
+	uploader.NoProgress
+	a *Agent
+	e *entry
+}
+
+// Sent implements uploader.Progress.
+func (p pushProgress) Sent(b int64) {
+	p.a.traffic.add(b)
+	p.a.mu.Lock()
+	p.e.status.BytesSent += b
+	p.a.mu.Unlock()
+}
+
+// Deduplicated implements uploader.Progress.
+func (p pushProgress) Deduplicated(b int64) { p.a.opts.Metrics.Dedup(b) }
 
 // rateWindow is the window of the status rate, in seconds.
 const rateWindow = 60

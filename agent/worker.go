@@ -154,14 +154,6 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
 	a.mu.Unlock()
 
-	uopts := a.opts.Upload
-	uopts.OnSent = func(b int64) {
-		a.traffic.add(b)
-		a.mu.Lock()
-		e.status.BytesSent += b
-		a.mu.Unlock()
-	}
-	uopts.OnDedup = a.opts.Metrics.Dedup
 	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(step.Files)), zap.Int("attempt", e.status.Attempts))
 	before := a.requestCounts()
 	step.Number = n
@@ -170,8 +162,8 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 		defer a.pipe.setBusy(false)
 		a.pipe.quiesce(n) // the step's resume state has one writer at a time
 	}
-	res, err := a.destination().Push(stepCtx, step, uploader.PushOptions{
-		Upload: uopts, Layout: a.detectedLayout(), AllowEmpty: a.opts.AllowEmpty, Revise: e.revise})
+	res, err := a.destination().Push(stepCtx, step, uploader.PushOptions{Upload: a.opts.Upload, Progress: pushProgress{a: a, e: e},
+		Layout: a.detectedLayout(), AllowEmpty: a.opts.AllowEmpty, Revise: e.revise})
 	a.opts.Metrics.AddParts(res.Stats.PartsSent)
 	if err == nil && res.Committed && a.opts.KeepRemote > 0 {
 		// Only the writer of a manifest prunes, so N nodes do not all

@@ -40,14 +40,14 @@ func TestPushDedup(t *testing.T) {
 	}
 	changed := writeRandom(t, filepath.Join(dir, "w.bin"), 2*testPart, 99)
 	var deduped atomic.Int64
-	second, err := push(t, st, dir, 20, t.TempDir(), func(o *pushCase) { o.Upload.OnDedup = func(n int64) { deduped.Add(n) } })
+	second, err := push(t, st, dir, 20, t.TempDir(), func(o *pushCase) { o.Progress = progressFuncs{deduplicated: func(n int64) { deduped.Add(n) }} })
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := second.Stats
 	t.Logf("second push: sent %d of %d bytes (%.0f%%), deduplicated %d, hashed %d", s.BytesSent, total, 100*float64(s.BytesSent)/float64(total), s.DedupBytes, s.BytesHashed)
 	if s.BytesSent != 2*testPart || s.DedupBytes != total-2*testPart || s.DedupFiles != 4 || deduped.Load() != s.DedupBytes {
-		t.Fatalf("second push stats %+v (OnDedup %d)", s, deduped.Load())
+		t.Fatalf("second push stats %+v (Progress.Deduplicated %d)", s, deduped.Load())
 	}
 	// Every file read once: unchanged ones by the comparison, the changed
 	// one by the comparison too, whose hashes its send reuses.

@@ -87,7 +87,7 @@ func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, 
 		return EarlyStats{}, fmt.Errorf("send early: %w", err)
 	}
 	attempt := state.Attempt()
-	e := &early{u: New(p.Upload), state: state, partSize: ePart, threshold: threshold, stop: stop, answered: make(chan struct{})}
+	e := &early{u: newUploader(p.Upload, p.Progress), state: state, partSize: ePart, threshold: threshold, stop: stop, answered: make(chan struct{})}
 	e.working.Store(int32(len(files)))
 	g, gctx := errgroup.WithContext(ctx)
 	for _, f := range files {

@@ -58,9 +58,7 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 			u.stats.dedupFiles.Add(1)
 			u.stats.dedupBytes.Add(stamp.Size)
 			u.durable(stamp.Size)
-			if u.opts.OnDedup != nil {
-				u.opts.OnDedup(stamp.Size)
-			}
+			u.progress.Deduplicated(stamp.Size)
 			u.opts.Logger.Debug("unchanged since the previous step; referencing its object", zap.String("file", f.RelPath), zap.String("key", f.Reuse.Key))
 			return mf, nil
 		}
@@ -215,9 +213,7 @@ func (u *Uploader) sendHeld(ctx context.Context, n int64, req func() error) erro
 		return err
 	}
 	u.stats.sent.Add(n)
-	if u.opts.OnSent != nil {
-		u.opts.OnSent(n)
-	}
+	u.progress.Sent(n)
 	u.durable(n)
 	return nil
 }
@@ -268,9 +264,6 @@ func (u *Uploader) hashRange(ctx context.Context, fh *os.File, off, n int64, h i
 		off += int64(r)
 		n -= int64(r)
 		u.stats.hashed.Add(int64(r))
-		if u.opts.OnHashed != nil {
-			u.opts.OnHashed(int64(r))
-		}
 	}
 	return nil
 }

@@ -19,9 +19,12 @@ import (
 
 // PushOptions configure one push of a step to a Destination.
 type PushOptions struct {
-	// Upload configures the transfer (part size, concurrency, callbacks);
+	// Upload configures the transfer (part size, concurrency, bandwidth);
 	// its Store and Logger are the destination's.
 	Upload Options
+	// Progress, when set, is told of the bytes sent, durable and
+	// deduplicated as the push goes.
+	Progress Progress
 	// NoDedup uploads every file, even one unchanged since the previous
 	// committed step.
 	NoDedup bool
@@ -223,7 +226,7 @@ func send(ctx context.Context, opts pushJob, state *State, attempt string, prevS
 	}
 	uopts := opts.Upload
 	uopts.State = state
-	up := New(uopts)
+	up := newUploader(uopts, opts.Progress)
 	opts.Upload.Logger.Info("pushing step", zap.Int64("step", opts.Step), zap.Int("files", len(files)), zap.String("attempt", attempt),
 		zap.Int("node_rank", opts.NodeRank), zap.Int("nodes", opts.Nodes))
 	entries, err := up.Upload(ctx, files)

@@ -54,6 +54,21 @@ func readObject(t *testing.T, st store.Store, key string) []byte {
 	return data
 }
 
+// progressFuncs is a Progress of the funcs set.
+type progressFuncs struct {
+	sent, durable, deduplicated func(int64)
+}
+
+func (p progressFuncs) Sent(n int64)         { callIf(p.sent, n) }
+func (p progressFuncs) Durable(n int64)      { callIf(p.durable, n) }
+func (p progressFuncs) Deduplicated(n int64) { callIf(p.deduplicated, n) }
+
+func callIf(f func(int64), n int64) {
+	if f != nil {
+		f(n)
+	}
+}
+
 // pushCase is what a test may change about a push.
 type pushCase struct {
 	Destination
@@ -290,7 +305,7 @@ func (c *countingStore) List(ctx context.Context, prefix, after string, max int,
 	return c.Store.List(ctx, prefix, after, max, fn)
 }
 
-// OnDurable counts the bytes the server holds: every byte of the step once,
+// Progress.Durable counts the bytes the server holds: every byte of the step once,
 // whether sent or referenced from the previous step, never more.
 func TestPushReportsDurableBytes(t *testing.T) {
 	dir := t.TempDir()
@@ -302,11 +317,11 @@ func TestPushReportsDurableBytes(t *testing.T) {
 	st := store.NewMemStore()
 	for step := int64(1); step <= 2; step++ { // step 2: every file deduplicated
 		var durable atomic.Int64
-		if _, err := push(t, st, dir, step, t.TempDir(), func(o *pushCase) { o.Upload.OnDurable = func(n int64) { durable.Add(n) } }); err != nil {
+		if _, err := push(t, st, dir, step, t.TempDir(), func(o *pushCase) { o.Progress = progressFuncs{durable: func(n int64) { durable.Add(n) }} }); err != nil {
 			t.Fatal(err)
 		}
 		if got := durable.Load(); got != total {
-			t.Errorf("step %d: OnDurable reported %d bytes, want %d", step, got, total)
+			t.Errorf("step %d: Progress.Durable reported %d bytes, want %d", step, got, total)
 		}
 	}
 }

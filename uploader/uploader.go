@@ -64,7 +64,8 @@ const minRequestWeight = 64 << 10
 // readBufSize is the block size of the hashing pass.
 const readBufSize = 1 << 20
 
-// Options configure an Uploader.
+// Options configure an Uploader: configuration only. What a push achieves
+// is reported to PushOptions.Progress.
 type Options struct {
 	Store store.Store
 	// PartSize is the requested part size; it is raised per object so that
@@ -84,24 +85,13 @@ type Options struct {
 	// Limiter, when set, caps the rate at which request bodies are read,
 	// shared by all requests (the --bandwidth flag).
 	Limiter *ratelimit.Limiter
-	// OnSent, when set, is called as bytes are acknowledged by the server.
-	OnSent func(n int64)
-	// OnHashed, when set, is called as bytes are read and hashed.
-	OnHashed func(n int64)
 	// DropCache leaves the page cache as the upload found it: pages of a
 	// file that were not cached before it was read are dropped once it is
 	// sent (the agent: uploading 100 GB must not evict the trainer's data
 	// set). Pages that were cached, such as a checkpoint just written,
 	// stay as the kernel decides.
 	DropCache bool
-	// OnDurable, when set, is called as bytes of the step are on the
-	// server: sent and acknowledged, held from an earlier run, or
-	// deduplicated. What a progress display counts.
-	OnDurable func(n int64)
-	// OnDedup, when set, is called with the size of each file not sent
-	// because an earlier step's object holds the same content.
-	OnDedup func(n int64)
-	Logger  *zap.Logger
+	Logger    *zap.Logger
 }
 
 // File is a local file to upload to Key.
@@ -136,9 +126,10 @@ type Stats struct {
 // Uploader uploads files. It is safe for concurrent use; all its Upload calls
 // share its concurrency limit.
 type Uploader struct {
-	opts  Options
-	slots chan struct{}
-	bytes *semaphore.Weighted
+	opts     Options
+	progress Progress
+	slots    chan struct{}
+	bytes    *semaphore.Weighted
 	// hashing bounds the hashing passes reading at once (each holds a
 	// readBufSize buffer).
 	hashing chan struct{}
@@ -149,7 +140,10 @@ type Uploader struct {
 }
 
 // New returns an Uploader; zero options take defaults.
-func New(opts Options) *Uploader {
+func New(opts Options) *Uploader { return newUploader(opts, nil) }
+
+// newUploader returns an Uploader that reports to p (nil: nothing).
+func newUploader(opts Options, p Progress) *Uploader {
 	if opts.PartSize <= 0 {
 		opts.PartSize = DefaultPartSize
 	}
@@ -163,8 +157,8 @@ func New(opts Options) *Uploader {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Uploader{opts: opts, slots: make(chan struct{}, opts.Concurrency), bytes: semaphore.NewWeighted(opts.InFlightBytes),
-		hashing: make(chan struct{}, maxHashing)}
+	return &Uploader{opts: opts, progress: progressOr(p), slots: make(chan struct{}, opts.Concurrency),
+		bytes: semaphore.NewWeighted(opts.InFlightBytes), hashing: make(chan struct{}, maxHashing)}
 }
 
 // Stats returns the totals of every upload so far.
@@ -320,9 +314,9 @@ func checkUnchanged(path string, before fileStamp) error {
 	return nil
 }
 
-// durable reports n more bytes on the server to OnDurable.
+// durable reports n more bytes on the server to the progress.
 func (u *Uploader) durable(n int64) {
-	if u.opts.OnDurable != nil && n > 0 {
-		u.opts.OnDurable(n)
+	if n > 0 {
+		u.progress.Durable(n)
 	}
 }

@@ -218,11 +218,20 @@ func pushStep(ctx context.Context, o pushOptions, st store.Store, loc manifest.L
 	dest := uploader.Destination{Store: st, Location: loc.String(), Prefix: loc.Prefix, StateDir: stateDir,
 		Nodes: o.node.nodes, NodeRank: o.node.rank, Run: o.node.run, Logger: log}
 	return dest.Push(ctx, s, uploader.PushOptions{
-		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency,
-			Limiter: ratelimit.New(o.bandwidth), OnDurable: prog.Add},
-		NoDedup: o.noDedup, AllowEmpty: o.allowEmpty,
+		Upload:   uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth)},
+		Progress: durableBar{bar: prog},
+		NoDedup:  o.noDedup, AllowEmpty: o.allowEmpty,
 	})
 }
+
+// durableBar shows on the push's display the bytes the server holds.
+type durableBar struct {
+	uploader.NoProgress
+	bar *progress
+}
+
+// Durable implements uploader.Progress.
+func (d durableBar) Durable(n int64) { d.bar.Add(n) }
 
 // fill records what the push did.
 func (sum *pushSummary) fill(o pushOptions, loc manifest.Location, res uploader.PushResult, took time.Duration) {
