@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -41,16 +42,8 @@ func BenchmarkRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s, _, err := detect.Gather([]string{src}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Number = 1
+	pushDir(b, st, src, "restore")
 	ctx := context.Background()
-	dest := uploader.Destination{Store: st, Location: "s3://bench/restore", Prefix: "restore"}
-	if _, err := dest.Push(ctx, s, uploader.PushOptions{}); err != nil {
-		b.Fatal(err)
-	}
 	parent := b.TempDir()
 	b.SetBytes(benchFiles * benchSize)
 	i := 0
@@ -69,5 +62,19 @@ func BenchmarkRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+	}
+}
+
+// pushDir commits the files under src as step 1 under prefix.
+func pushDir(b testing.TB, st store.Store, src, prefix string) {
+	b.Helper()
+	s, _, err := detect.Gather([]string{src}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Number = 1
+	dest := uploader.Destination{Store: st, Location: "s3://bench/" + prefix, Prefix: prefix}
+	if _, err := dest.Push(context.Background(), s, uploader.PushOptions{}); err != nil {
+		b.Fatal(err)
 	}
 }

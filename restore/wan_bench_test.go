@@ -10,12 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/wanlink"
 	"github.com/ferrylabs/ferry/restore"
-	"github.com/ferrylabs/ferry/uploader"
 )
 
 // BenchmarkRestoreSmallWAN restores 1,000 x 256 KiB through toxiproxy at
@@ -48,15 +46,8 @@ func BenchmarkRestoreSmallWAN(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s, _, err := detect.Gather([]string{src}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Number = 1
+	pushDir(b, st, src, "r")
 	ctx := context.Background()
-	if _, err := (uploader.Destination{Store: st, Location: "s3://x/r", Prefix: "r"}).Push(ctx, s, uploader.PushOptions{}); err != nil {
-		b.Fatal(err)
-	}
 	u, _ := url.Parse(srv.Endpoint)
 	p, err := wanlink.Start(bin, u.Host, link)
 	if err != nil {
