@@ -73,7 +73,7 @@ type lookupFunc func(rel string) (k kind, target string, err error)
 // whether an existing symlink, or one the manifest itself creates, would
 // carry a write or a link outside the target directory. Nothing is written
 // here, so a rejected manifest leaves the disk as it was.
-func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (*plan, error) {
+func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool, wantLink func(manifest.Symlink) bool) (*plan, error) {
 	root, alias, err := resolveRoot(dir)
 	if err != nil {
 		return nil, err
@@ -96,6 +96,9 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool) (
 	}
 	linkRel := map[string]string{}
 	for _, l := range m.Symlinks {
+		if wantLink != nil && !wantLink(l) {
+			continue
+		}
 		rel, err := pl.claim(l.Path)
 		if err != nil {
 			return nil, err

@@ -28,7 +28,7 @@ func mf(entries ...string) *manifest.Manifest {
 // planning succeeds, for want == "").
 func planErr(t *testing.T, dir string, m *manifest.Manifest, want string) *plan {
 	t.Helper()
-	p, err := makePlan(m, dir, nil)
+	p, err := makePlan(m, dir, nil, nil)
 	switch {
 	case want == "" && err != nil:
 		t.Fatalf("plan: %v", err)
@@ -208,7 +208,7 @@ func TestPlanRanks(t *testing.T) {
 	m := mf("shared", "r0", "r1")
 	m.Files[1].Rank, m.Files[2].Rank = new(int), new(int)
 	*m.Files[2].Rank = 1
-	p, err := makePlan(m, t.TempDir(), func(f manifest.File) bool { return f.Rank == nil || *f.Rank == 1 })
+	p, err := makePlan(m, t.TempDir(), func(f manifest.File) bool { return f.Rank == nil || *f.Rank == 1 }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,13 @@ type Options struct {
 	// needs of the step, as SelectForNode decides from its manifest. It
 	// excludes Ranks.
 	Nodes, NodeRank int
+	// Paths, when set, selects the files (and links) to restore by their
+	// manifest paths (restore --include, --exclude); it combines with Ranks
+	// and Nodes. A link whose target is not restored is left out too.
+	Paths *PathFilter
+	// AllowNoMatch lets an include pattern of Paths match no file;
+	// otherwise the restore fails before fetching anything (a typo).
+	AllowNoMatch bool
 	// PlanOnly finds, checks and plans the restore (manifest read and
 	// validated, files selected, every target path checked) and returns
 	// what it would restore in Result.Files and Result.Bytes, writing
@@ -274,11 +281,11 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 			ranks = sel.Ranks.Filter()
 		}
 	}
-	var want func(manifest.File) bool
-	if ranks != nil {
-		want = func(f manifest.File) bool { return f.Rank == nil || ranks(f.Rank) }
+	want, wantLink, err := selection(m, opts, ranks)
+	if err != nil {
+		return res, err
 	}
-	p, err := makePlan(m, opts.Dir, want)
+	p, err := makePlan(m, opts.Dir, want, wantLink)
 	if err != nil {
 		return res, err
 	}

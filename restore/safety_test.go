@@ -113,7 +113,7 @@ func TestRestoreSwapAfterPlan(t *testing.T) {
 	m := commit(t, st, 1, []tfile{{path: "sub/x", data: []byte("x")}}, nil)
 	dir, elsewhere := t.TempDir(), t.TempDir()
 	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-	p, err := makePlan(m, dir, nil)
+	p, err := makePlan(m, dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

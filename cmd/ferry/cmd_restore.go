@@ -33,6 +33,8 @@ type restoreOptions struct {
 	// ranks, or nodes and nodeRank, select what to restore (0 nodes: all).
 	ranks           string
 	nodes, nodeRank int
+	// paths selects files by their manifest paths (--include, --exclude).
+	paths *restore.PathFilter
 }
 
 func newRestoreCommand() *cli.Command {
@@ -43,7 +45,7 @@ func newRestoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
 			&cli.StringFlag{Name: "to", Usage: "target `DIR` (created if missing)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
-			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh"},
+			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh; with --include, let a pattern match no file"},
 			&cli.IntFlag{Name: "concurrency", Value: restore.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most ranged GETs in flight; within it, GETs are sized by bytes (16 ranges in flight), so small files get many and big files few"},
 			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"FERRY_FSYNC"}, Usage: "make every restored file durable (fsync) before exiting; without it files are still verified before their rename and re-verified by the next restore"},
 			&cli.BoolFlag{Name: "direct-io", EnvVars: []string{"FERRY_DIRECT_IO"}, Usage: "write with direct I/O: less CPU, but the trainer then reads the files back from disk instead of the page cache"},
@@ -54,6 +56,8 @@ func newRestoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
 			&cli.DurationFlag{Name: "low-speed-time", Value: restore.DefaultLowSpeedTime, EnvVars: []string{"FERRY_LOW_SPEED_TIME"}, Usage: "the window of --low-speed-limit"},
 			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
+			&cli.StringSliceFlag{Name: "include", Usage: "restore only the files whose manifest path matches `PATTERN` (repeatable): * ? [..] within a name, ** across folders, a name without a slash at any depth (*.safetensors), a folder with everything below it (global_step100); links come with their targets"},
+			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out the files (and links) whose manifest path matches `PATTERN` (repeatable; syntax as --include), e.g. '*optim_states*'"},
 			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (0: every file; no environment default)"},
 			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1"},
 		}, commonFlags()...),
@@ -68,7 +72,12 @@ func newRestoreCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			paths, err := pathFlags(c)
+			if err != nil {
+				return err
+			}
 			return runRestore(c.Context, restoreOptions{
+				paths:         paths,
 				lowSpeedLimit: limit,
 				lowSpeedTime:  c.Duration("low-speed-time"),
 				remote:        readRemoteOptions(c),
@@ -86,6 +95,20 @@ func newRestoreCommand() *cli.Command {
 			}, c.App.Writer, c.App.ErrWriter)
 		},
 	}
+}
+
+// pathFlags compiles --include and --exclude (nil when neither is given),
+// so a bad pattern is a usage error before anything is fetched.
+func pathFlags(c *cli.Context) (*restore.PathFilter, error) {
+	inc, exc := c.StringSlice("include"), c.StringSlice("exclude")
+	if len(inc)+len(exc) == 0 {
+		return nil, nil
+	}
+	f, err := restore.NewPathFilter(inc, exc)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return f, nil
 }
 
 // restoreSummary is what restore prints with --json.
@@ -238,6 +261,7 @@ func (o *restoreOptions) restoreOptions(st store.Store, loc manifest.Location, l
 		Store: st, Prefix: loc.Prefix, Dir: o.to, Step: o.step, Concurrency: o.concurrency,
 		DirectIO: o.directIO, Fsync: o.fsync, Logger: log,
 		LowSpeedLimit: limit, LowSpeedTime: o.lowSpeedTime, Progress: bar.report,
+		Paths: o.paths, AllowNoMatch: o.allowEmpty,
 	}
 	if o.nodes > 0 {
 		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank
