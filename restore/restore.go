@@ -160,6 +160,8 @@ type Result struct {
 	Manifest *manifest.Manifest
 	// Selection describes what was selected with Options.Nodes.
 	Selection *Selection
+	// Plan, with Options.PlanOnly, is what the restore would do.
+	Plan *Plan
 }
 
 // Restore restores one committed step into opts.Dir. It returns an error
@@ -292,6 +294,8 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 	r := newRestorer(opts, p)
 	res.Files, res.Bytes = len(p.files), r.total
 	if opts.PlanOnly {
+		plan := summarize(p, r.opts.ChunkSize)
+		res.Plan = &plan
 		return res, nil
 	}
 	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),

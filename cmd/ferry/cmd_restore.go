@@ -35,6 +35,8 @@ type restoreOptions struct {
 	nodes, nodeRank int
 	// paths selects files by their manifest paths (--include, --exclude).
 	paths *restore.PathFilter
+	// dryRun plans the restore and fetches no data (--dry-run).
+	dryRun bool
 }
 
 func newRestoreCommand() *cli.Command {
@@ -53,6 +55,7 @@ func newRestoreCommand() *cli.Command {
 			// that pass it keep working.
 			&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Hidden: true},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print what the restore would do (files to download, files in place it would re-verify, bytes, requests and their price at R2's rates) and fetch no data"},
 			&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
 			&cli.DurationFlag{Name: "low-speed-time", Value: restore.DefaultLowSpeedTime, EnvVars: []string{"FERRY_LOW_SPEED_TIME"}, Usage: "the window of --low-speed-limit"},
 			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
@@ -78,6 +81,7 @@ func newRestoreCommand() *cli.Command {
 			}
 			return runRestore(c.Context, restoreOptions{
 				paths:         paths,
+				dryRun:        c.Bool("dry-run"),
 				lowSpeedLimit: limit,
 				lowSpeedTime:  c.Duration("low-speed-time"),
 				remote:        readRemoteOptions(c),
@@ -128,6 +132,60 @@ type restoreSummary struct {
 	Requests map[string]int64 `json:"requests"`
 	// Error is set when the restore failed (the exit code is not 0).
 	Error string `json:"error,omitempty"`
+	// DryRun, with --dry-run, is what the restore would do; nothing was
+	// fetched or written.
+	DryRun *dryRunSummary `json:"dry_run,omitempty"`
+}
+
+// dryRunSummary is restore --dry-run's plan and what its requests cost.
+type dryRunSummary struct {
+	restore.Plan
+	// CostUSD is the price at R2's rates of the requests made (the
+	// manifest's) and of the download's GETs.
+	CostUSD float64 `json:"cost_usd"`
+}
+
+// R2's request prices, in dollars per million (developers.cloudflare.com/
+// r2/pricing, read 2026-12-02; docs/cost.md): Class A writes and listings,
+// Class B reads.
+const (
+	r2ClassAPerMillion = 4.50
+	r2ClassBPerMillion = 0.36
+)
+
+// requestCost prices requests counted by operation, plus gets more GETs,
+// at R2's rates.
+func requestCost(ops map[string]int64, gets int64) float64 {
+	var a, b int64
+	for op, n := range ops {
+		switch op {
+		case "GetObject", "HeadObject":
+			b += n
+		default:
+			a += n
+		}
+	}
+	return (float64(a)*r2ClassAPerMillion + float64(b+gets)*r2ClassBPerMillion) / 1e6
+}
+
+// printDryRun prints restore --dry-run's plan.
+func printDryRun(w io.Writer, o *restoreOptions, sum restoreSummary) {
+	p := sum.DryRun
+	fmt.Fprintf(w, "step %d from %s into %s: %d files, %s, %d links (dry run: nothing fetched or written)\n",
+		sum.Step, o.from, o.to, sum.Files, units.FormatBytes(sum.Bytes), p.Symlinks)
+	fmt.Fprintf(w, "  download: %d files, %s, %d ranged GETs\n", p.Download, units.FormatBytes(p.DownloadBytes), p.GETs)
+	fmt.Fprintf(w, "  in place with the right size: %d files, %s, re-verified by BLAKE3 and kept if they match (%d GETs more if not)\n",
+		p.Present, units.FormatBytes(p.PresentBytes), p.PresentGETs)
+	fmt.Fprintf(w, "  requests: %d made to read the manifest, %d to download; $%.6f at R2's prices\n",
+		totalRequests(sum.Requests), p.GETs, p.CostUSD)
+}
+
+func totalRequests(ops map[string]int64) int64 {
+	var n int64
+	for _, v := range ops {
+		n += v
+	}
+	return n
 }
 
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
@@ -140,6 +198,10 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	}
 	if sum.Empty {
 		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", o.from)
+		return nil
+	}
+	if sum.DryRun != nil {
+		printDryRun(stdout, &o, sum)
 		return nil
 	}
 	fmt.Fprintf(stdout, "restored step %d from %s into %s: %d files, %s (%d kept, %d downloaded) in %s, all hashes verified\n",
@@ -213,6 +275,9 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		return sum, fmt.Errorf("restore from %s: %w", loc, err)
 	}
 	sum.Step, sum.Files, sum.Kept, sum.Downloaded, sum.Direct = res.Step, res.Files, res.Kept, res.Downloaded, res.Direct
+	if res.Plan != nil {
+		sum.DryRun = &dryRunSummary{Plan: *res.Plan, CostUSD: requestCost(sum.Requests, res.Plan.GETs)}
+	}
 	sum.Bytes, sum.BytesDownloaded, sum.Seconds = res.Bytes, res.BytesDownloaded, time.Since(start).Seconds()
 	if res.Selection != nil {
 		sum.Selection = fmt.Sprintf("node %d of %d: %s", o.nodeRank, o.nodes, res.Selection)
@@ -261,7 +326,7 @@ func (o *restoreOptions) restoreOptions(st store.Store, loc manifest.Location, l
 		Store: st, Prefix: loc.Prefix, Dir: o.to, Step: o.step, Concurrency: o.concurrency,
 		DirectIO: o.directIO, Fsync: o.fsync, Logger: log,
 		LowSpeedLimit: limit, LowSpeedTime: o.lowSpeedTime, Progress: bar.report,
-		Paths: o.paths, AllowNoMatch: o.allowEmpty,
+		Paths: o.paths, AllowNoMatch: o.allowEmpty, PlanOnly: o.dryRun,
 	}
 	if o.nodes > 0 {
 		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank

@@ -49,3 +49,45 @@ func TestCLIRestoreIncludeExclude(t *testing.T) {
 	}
 	ferry(t, srv, "restore", "--from", url, "--to", empty, "--include", "global_step200", "--allow-empty").must(t, 0)
 }
+
+// restore --dry-run reads the manifest and no data (its only GET is the
+// manifest's), writes nothing, and its numbers are what the real restore
+// then does: the files downloaded and the ranged GETs; after that restore
+// a dry run finds every file in place.
+func TestCLIRestoreDryRun(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "rank0.pt"), randomBytes(70<<20+3, 1)) // 3 ranged GETs of 32 MiB
+	writeFile(t, filepath.Join(src, "rank1.pt"), randomBytes(1000, 2))
+	writeFile(t, filepath.Join(src, "empty"), nil) // no GET
+	ferry(t, srv, "push", "--to", url, "--step", "7", src).must(t, 0)
+	dst := filepath.Join(t.TempDir(), "ckpt")
+
+	r := ferry(t, srv, "restore", "--from", url, "--to", dst, "--dry-run", "--json").must(t, 0)
+	var dry restoreSummary
+	decodeJSON(t, r.stdout, &dry)
+	if dry.DryRun == nil || dry.DryRun.Download != 3 || dry.DryRun.Present != 0 || dry.DryRun.GETs != 4 || dry.Files != 3 {
+		t.Fatalf("dry run: %+v %+v; want 3 files to download in 4 GETs", dry, dry.DryRun)
+	}
+	if dry.Requests["GetObject"] != 1 || dry.DryRun.CostUSD <= 0 {
+		t.Errorf("dry run requests %v, cost %v; want the manifest's GET alone", dry.Requests, dry.DryRun.CostUSD)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Errorf("dry run created %s", dst)
+	}
+
+	r = ferry(t, srv, "restore", "--from", url, "--to", dst, "--json").must(t, 0)
+	var real restoreSummary
+	decodeJSON(t, r.stdout, &real)
+	if real.Downloaded != dry.DryRun.Download || real.Requests["GetObject"] != 1+dry.DryRun.GETs {
+		t.Errorf("restore downloaded %d files with %d GETs; the dry run said %d files, 1 + %d GETs",
+			real.Downloaded, real.Requests["GetObject"], dry.DryRun.Download, dry.DryRun.GETs)
+	}
+	sameTree(t, src, dst)
+
+	r = ferry(t, srv, "restore", "--from", url, "--to", dst, "--dry-run").must(t, 0)
+	if !strings.Contains(r.stdout, "download: 0 files") || !strings.Contains(r.stdout, "in place with the right size: 3 files") {
+		t.Errorf("dry run after the restore:\n%s", r.stdout)
+	}
+}
