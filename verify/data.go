@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/manifest"
 )
 
@@ -167,9 +168,7 @@ func (r *fileRead) sum() (string, error) {
 type limited struct {
 	ctx context.Context
 	r   io.Reader
-	l   interface {
-		Wait(context.Context, int64) error
-	}
+	l   *ratelimit.Limiter
 }
 
 func (l *limited) Read(p []byte) (int, error) {
