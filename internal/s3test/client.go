@@ -10,8 +10,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -31,17 +33,31 @@ func (s *Server) Client(t testing.TB) *s3.Client {
 			}
 			httpClient.Transport = tr
 		}
-		s.client = s3.New(s3.Options{
-			BaseEndpoint:               aws.String(s.Endpoint),
-			Region:                     s.Region,
-			UsePathStyle:               true,
-			Credentials:                credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
-			HTTPClient:                 httpClient,
-			RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-			ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-		})
+		s.client = plainClient(s, httpClient, 0)
 	})
 	return s.client
+}
+
+// plainClient is an SDK client for s without ferry code. It is patient
+// with throttling, as ferry's own store is: through the R2-rules proxy a
+// test that overwrites an object ferry has just written meets R2's one
+// write per key per second (429). continueThreshold is the SDK's
+// ContinueHeaderThresholdBytes (0: its default; -1: never Expect:
+// 100-continue).
+func plainClient(s *Server, httpClient *http.Client, continueThreshold int64) *s3.Client {
+	return s3.New(s3.Options{
+		BaseEndpoint:                 aws.String(s.Endpoint),
+		Region:                       s.Region,
+		UsePathStyle:                 true,
+		Credentials:                  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		HTTPClient:                   httpClient,
+		RequestChecksumCalculation:   aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation:   aws.ResponseChecksumValidationWhenRequired,
+		ContinueHeaderThresholdBytes: continueThreshold,
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts, o.MaxBackoff = 10, 2*time.Second
+		}),
+	})
 }
 
 var nonBucketChars = regexp.MustCompile(`[^a-z0-9-]+`)

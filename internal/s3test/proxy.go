@@ -2,13 +2,10 @@ package s3test
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 )
@@ -78,15 +75,7 @@ func (s *Server) withProxy(cfg s3proxy.Config) (*Server, *s3proxy.Proxy, error) 
 	// 100-continue, which the SDK sends for bodies over 2 MiB by default.
 	// The view's plain client does not ask for it, as ferry's does not.
 	view.clientOnce.Do(func() {
-		view.client = s3.New(s3.Options{
-			BaseEndpoint:                 aws.String(view.Endpoint),
-			Region:                       view.Region,
-			UsePathStyle:                 true,
-			Credentials:                  credentials.NewStaticCredentialsProvider(view.AccessKey, view.SecretKey, ""),
-			RequestChecksumCalculation:   aws.RequestChecksumCalculationWhenRequired,
-			ResponseChecksumValidation:   aws.ResponseChecksumValidationWhenRequired,
-			ContinueHeaderThresholdBytes: -1,
-		})
+		view.client = plainClient(view, &http.Client{}, -1)
 	})
 	return view, px, nil
 }
