@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/r2cost"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -148,7 +149,7 @@ func simulateCommit(ctx context.Context, dir string, n int, spread, latency time
 		return res, fmt.Errorf("%d nodes: the step was not committed", n)
 	}
 	res.CommitLatency = manifestAt.Sub(lastPart)
-	res.Cost = cost(res.Requests)
+	res.Cost = r2cost.Requests(res.Requests)
 	return res, planRestores(ctx, mem, dir, n, latency, &res)
 }
 

@@ -9,38 +9,8 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
-// R2's request prices (developers.cloudflare.com/r2/pricing, read on
-// 2026-12-02): Class A (writes, listings) $4.50 and Class B (reads) $0.36
-// per million; DeleteObject and AbortMultipartUpload are free.
-const (
-	classAPerMillion = 4.50
-	classBPerMillion = 0.36
-)
-
-// opClass maps an operation to its R2 class: "A", "B" or "" (free).
-var opClass = map[string]string{
-	"PutObject": "A", "ListObjectsV2": "A", "CreateMultipartUpload": "A", "UploadPart": "A",
-	"CompleteMultipartUpload": "A", "ListParts": "A", "ListMultipartUploads": "A",
-	"GetObject": "B", "HeadObject": "B",
-	"DeleteObject": "", "AbortMultipartUpload": "",
-}
-
 // listPage is how many keys one LIST request returns (S3 and R2).
 const listPage = 1000
-
-// cost is what requests cost at R2's prices, in dollars.
-func cost(m map[string]int64) float64 {
-	var a, b int64
-	for op, n := range m {
-		switch opClass[op] {
-		case "A":
-			a += n
-		case "B":
-			b += n
-		}
-	}
-	return float64(a)*classAPerMillion/1e6 + float64(b)*classBPerMillion/1e6
-}
 
 // simStore is an object store with a fixed latency per request, as a
 // client far from R2 sees it, counting requests (a LIST costs one request,

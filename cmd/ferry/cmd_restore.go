@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/r2cost"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
@@ -145,29 +146,6 @@ type dryRunSummary struct {
 	CostUSD float64 `json:"cost_usd"`
 }
 
-// R2's request prices, in dollars per million (developers.cloudflare.com/
-// r2/pricing, read 2026-12-02; docs/cost.md): Class A writes and listings,
-// Class B reads.
-const (
-	r2ClassAPerMillion = 4.50
-	r2ClassBPerMillion = 0.36
-)
-
-// requestCost prices requests counted by operation, plus gets more GETs,
-// at R2's rates.
-func requestCost(ops map[string]int64, gets int64) float64 {
-	var a, b int64
-	for op, n := range ops {
-		switch op {
-		case "GetObject", "HeadObject":
-			b += n
-		default:
-			a += n
-		}
-	}
-	return (float64(a)*r2ClassAPerMillion + float64(b+gets)*r2ClassBPerMillion) / 1e6
-}
-
 // printDryRun prints restore --dry-run's plan.
 func printDryRun(w io.Writer, o *restoreOptions, sum restoreSummary) {
 	p := sum.DryRun
@@ -276,7 +254,7 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	}
 	sum.Step, sum.Files, sum.Kept, sum.Downloaded, sum.Direct = res.Step, res.Files, res.Kept, res.Downloaded, res.Direct
 	if res.Plan != nil {
-		sum.DryRun = &dryRunSummary{Plan: *res.Plan, CostUSD: requestCost(sum.Requests, res.Plan.GETs)}
+		sum.DryRun = &dryRunSummary{Plan: *res.Plan, CostUSD: r2cost.Requests(sum.Requests) + r2cost.Reads(res.Plan.GETs)}
 	}
 	sum.Bytes, sum.BytesDownloaded, sum.Seconds = res.Bytes, res.BytesDownloaded, time.Since(start).Seconds()
 	if res.Selection != nil {
