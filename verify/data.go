@@ -123,11 +123,7 @@ func hashRange(ctx context.Context, opts Options, key string, off, n int64) (bla
 		return blake3tree.Node{}, err
 	}
 	defer body.Close()
-	var r io.Reader = body
-	if opts.Limiter != nil {
-		r = &limited{ctx: ctx, r: body, l: opts.Limiter}
-	}
-	got, err := io.CopyBuffer(h, r, make([]byte, 256<<10))
+	got, err := io.CopyBuffer(h, &ratelimit.Body{R: body, L: opts.Limiter, Ctx: ctx}, make([]byte, 256<<10))
 	if err != nil {
 		return blake3tree.Node{}, err
 	}
@@ -162,21 +158,4 @@ func (r *fileRead) sum() (string, error) {
 		return hex.EncodeToString(blake3.New().Sum(nil)), nil
 	}
 	return blake3tree.Sum(r.nodes)
-}
-
-// limited reads through a rate limiter.
-type limited struct {
-	ctx context.Context
-	r   io.Reader
-	l   *ratelimit.Limiter
-}
-
-func (l *limited) Read(p []byte) (int, error) {
-	n, err := l.r.Read(p)
-	if n > 0 {
-		if werr := l.l.Wait(l.ctx, int64(n)); werr != nil {
-			return n, werr
-		}
-	}
-	return n, err
 }

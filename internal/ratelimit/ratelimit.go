@@ -80,3 +80,21 @@ func (r *Reader) Read(p []byte) (int, error) {
 
 // Seek implements io.Seeker.
 func (r *Reader) Seek(off int64, whence int) (int64, error) { return r.R.Seek(off, whence) }
+
+// Body paces the reads of a received stream, such as a GET's body, by l:
+// each read pays for the bytes it returned, once they arrived. A nil l
+// does not pace.
+type Body struct {
+	R   io.Reader
+	L   *Limiter
+	Ctx context.Context
+}
+
+// Read implements io.Reader.
+func (b *Body) Read(p []byte) (int, error) {
+	n, err := b.R.Read(p)
+	if werr := b.L.Wait(b.Ctx, int64(n)); werr != nil {
+		return n, werr
+	}
+	return n, err
+}

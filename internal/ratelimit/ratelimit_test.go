@@ -33,6 +33,21 @@ func TestPaceIsALowerBoundOnTime(t *testing.T) {
 	}
 }
 
+// A received body is paced as a request body is: never faster than the
+// rate (plus the burst).
+func TestBodyPaceIsALowerBoundOnTime(t *testing.T) {
+	b := &Body{R: bytes.NewReader(make([]byte, 2<<20)), L: New(4 << 20), Ctx: context.Background()}
+	start := time.Now()
+	n, err := io.CopyBuffer(io.Discard, b, make([]byte, 256<<10))
+	if err != nil || n != 2<<20 {
+		t.Fatalf("copy: %d, %v", n, err)
+	}
+	// The last read's wait is paid after its bytes: 7 of 8 reads paced.
+	if el := time.Since(start); el < 350*time.Millisecond {
+		t.Fatalf("2 MiB at 4 MiB/s took %v, want at least ~390ms", el)
+	}
+}
+
 func TestWaitHonoursCancel(t *testing.T) {
 	l := New(1)
 	_ = l.Wait(context.Background(), 1) // use up the burst
