@@ -30,7 +30,7 @@ func summarize(p *plan, chunk int64) Plan {
 	var s Plan
 	s.Symlinks = len(p.links)
 	for _, j := range p.files {
-		gets := (j.file.Size + chunk - 1) / chunk
+		gets := int64(chunks(j.file.Size, chunk))
 		if !j.absent {
 			if fi, err := os.Lstat(filepath.Join(p.root, j.rel)); err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size {
 				s.Present++

@@ -38,9 +38,15 @@ type transfer struct {
 }
 
 func newTransfer(job *fileJob, seq int, f *os.File, chunk, align int64) *transfer {
-	n := int((job.file.Size + chunk - 1) / chunk)
+	n := chunks(job.file.Size, chunk)
 	return &transfer{job: job, seq: seq, f: f, chunk: chunk, chunks: n, align: align, hindex: -1,
 		nodes: make([]blake3tree.Node, n), wake: make(chan struct{}, 1)}
+}
+
+// chunks is how many ranged GETs of chunk bytes a file of size bytes
+// takes: none for an empty file.
+func chunks(size, chunk int64) int {
+	return int((size + chunk - 1) / chunk)
 }
 
 // span returns the byte range [off, end) of chunk i.
