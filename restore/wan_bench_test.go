@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,12 +17,9 @@ import (
 
 // BenchmarkRestoreSmallWAN restores 1,000 x 256 KiB through toxiproxy at
 // FERRY_BENCH_WAN (default 150ms,25MB): where the client's CPU goes when
-// the pool grows with the round trip. Needs FERRY_TOXIPROXY.
+// the pool grows with the round trip. Needs FERRY_TOXIPROXY (skipped
+// without).
 func BenchmarkRestoreSmallWAN(b *testing.B) {
-	bin := os.Getenv("FERRY_TOXIPROXY")
-	if bin == "" {
-		b.Skip("FERRY_TOXIPROXY is not set")
-	}
 	spec := os.Getenv("FERRY_BENCH_WAN")
 	if spec == "" {
 		spec = "150ms,25MB"
@@ -33,6 +29,7 @@ func BenchmarkRestoreSmallWAN(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv := s3test.Shared(b)
+	_, endpoint := srv.ThroughLink(b, link)
 	bucket := srv.NewBucket(b)
 	st := srv.Store(b, bucket)
 	src := b.TempDir()
@@ -48,13 +45,7 @@ func BenchmarkRestoreSmallWAN(b *testing.B) {
 	}
 	pushDir(b, st, src, "r")
 	ctx := context.Background()
-	u, _ := url.Parse(srv.Endpoint)
-	p, err := wanlink.Start(bin, u.Host, link)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Stop()
-	far := srv.StoreWith(b, s3store.Config{Bucket: bucket, Endpoint: u.Scheme + "://" + p.Addr, MaxConns: restore.DefaultConcurrency})
+	far := srv.StoreWith(b, s3store.Config{Bucket: bucket, Endpoint: endpoint, MaxConns: restore.DefaultConcurrency})
 	parent := b.TempDir()
 	i := 0
 	for b.Loop() {

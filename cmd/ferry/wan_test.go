@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,23 +21,11 @@ import (
 // BLAKE3). Needs the toxiproxy server binary (FERRY_TOXIPROXY; make
 // test-wan builds it).
 func TestCLIDegradingLink(t *testing.T) {
-	bin := os.Getenv("FERRY_TOXIPROXY")
-	if bin == "" {
-		t.Skip("FERRY_TOXIPROXY is not set (make test-wan)")
-	}
 	srv := s3test.Shared(t)
-	u, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	good := wanlink.Link{RTT: 20 * time.Millisecond, Rate: 5e6}
 	bad := wanlink.Link{RTT: 300 * time.Millisecond, Rate: 500e3}
-	proxy, err := wanlink.Start(bin, u.Host, good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Stop()
-	endpoint := "S3_ENDPOINT_URL=" + u.Scheme + "://" + proxy.Addr
+	proxy, through := srv.ThroughLink(t, good)
+	endpoint := "S3_ENDPOINT_URL=" + through
 
 	src := t.TempDir()
 	for r := range 8 {

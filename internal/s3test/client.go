@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/wanlink"
 )
 
 // Client returns a plain SDK client for the server, built without ferry
@@ -111,4 +113,29 @@ func (s *Server) StoreWith(t testing.TB, cfg s3store.Config) *s3store.Store {
 		t.Fatalf("s3test: %v", err)
 	}
 	return st
+}
+
+// EnvToxiproxy names the environment variable holding the toxiproxy server
+// binary for tests through an emulated internet link (make test-wan).
+const EnvToxiproxy = "FERRY_TOXIPROXY"
+
+// ThroughLink starts toxiproxy in front of s, shaped as l and stopped when
+// t ends, and returns it with the endpoint URL that reaches s through it.
+// It skips t when EnvToxiproxy is not set.
+func (s *Server) ThroughLink(t testing.TB, l wanlink.Link) (*wanlink.Proxy, string) {
+	t.Helper()
+	bin := os.Getenv(EnvToxiproxy)
+	if bin == "" {
+		t.Skip(EnvToxiproxy + " is not set (make test-wan builds toxiproxy)")
+	}
+	u, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := wanlink.Start(bin, u.Host, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p, u.Scheme + "://" + p.Addr
 }
