@@ -84,11 +84,6 @@ func (f *PathFilter) Selects(p string) bool {
 	return matchAny(f.exclude, segs) == nil
 }
 
-// includeMatching returns the include pattern p matches, or nil.
-func (f *PathFilter) includeMatching(p string) *pattern {
-	return matchAny(f.include, strings.Split(p, "/"))
-}
-
 func matchAny(ps []pattern, segs []string) *pattern {
 	for i := range ps {
 		if matchSegs(ps[i].segs, segs) {
@@ -137,31 +132,30 @@ func selection(m *manifest.Manifest, opts Options, ranks func(*int) bool) (func(
 		}
 		return func(fl manifest.File) bool { return fl.Rank == nil || ranks(fl.Rank) }, nil, nil
 	}
-	kept := map[string]bool{}
-	used := map[*pattern]bool{}
+	kept := map[string]bool{}     // selected file paths and the folders above them
+	selected := map[string]bool{} // selected file paths
+	used := make([]bool, len(f.include))
 	for _, fl := range m.Files {
-		if len(f.include) > 0 {
-			if p := f.includeMatching(fl.Path); p != nil {
-				used[p] = true
-			}
+		segs := strings.Split(fl.Path, "/")
+		for i := range f.include {
+			used[i] = used[i] || matchSegs(f.include[i].segs, segs)
 		}
 		if f.Selects(fl.Path) && (ranks == nil || fl.Rank == nil || ranks(fl.Rank)) {
+			selected[fl.Path] = true
 			for d := fl.Path; d != "."; d = path.Dir(d) {
 				kept[d] = true
 			}
 		}
 	}
 	if !opts.AllowNoMatch {
-		for i := range f.include {
-			if !used[&f.include[i]] {
+		for i, u := range used {
+			if !u {
 				return nil, nil, fmt.Errorf("--include %q %w (%d files; ferry show lists them, --allow-empty restores what the others select)",
 					f.include[i].text, ErrNoMatch, len(m.Files))
 			}
 		}
 	}
-	want := func(fl manifest.File) bool {
-		return f.Selects(fl.Path) && (ranks == nil || fl.Rank == nil || ranks(fl.Rank))
-	}
+	want := func(fl manifest.File) bool { return selected[fl.Path] }
 	wantLink := func(l manifest.Symlink) bool {
 		if matchAny(f.exclude, strings.Split(l.Path, "/")) != nil {
 			return false

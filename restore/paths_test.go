@@ -90,6 +90,10 @@ func TestRestoreIncludeExclude(t *testing.T) {
 		{"one step folder", []string{"global_step100"}, nil, nil,
 			[]string{"global_step100/mp_rank_00_model_states.pt", "global_step100/zero_pp_rank_0_mp_rank_00_optim_states.pt",
 				"global_step100/zero_pp_rank_1_mp_rank_00_optim_states.pt", "model.pt", "optim.pt"}},
+		// Every *.pt file is in global_step100 too: each pattern matches.
+		{"overlapping includes", []string{"global_step100", "*.pt"}, nil, nil,
+			[]string{"global_step100/mp_rank_00_model_states.pt", "global_step100/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+				"global_step100/zero_pp_rank_1_mp_rank_00_optim_states.pt", "model.pt", "optim.pt"}},
 		{"dcp with rank 1", []string{"dcp/**"}, nil, func(r *int) bool { return *r == 1 },
 			[]string{"dcp/.metadata", "dcp/__1_0.distcp"}},
 	} {
