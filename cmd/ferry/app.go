@@ -67,6 +67,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newListCommand(),
 			newShowCommand(),
 			newVerifyCommand(),
+			newCopyCommand(),
 			newStatusCommand(),
 			newFlushCommand(),
 			newPruneCommand(),

@@ -9,6 +9,7 @@ package s3test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -62,7 +63,8 @@ type Server struct {
 }
 
 type options struct {
-	tls bool
+	tls            bool
+	access, secret string
 }
 
 // Option adjusts a server started by Start.
@@ -71,6 +73,13 @@ type Option func(*options)
 // WithTLS serves HTTPS with a certificate for 127.0.0.1 signed by a fresh
 // CA, written to Server.CAFile.
 func WithTLS() Option { return func(o *options) { o.tls = true } }
+
+// WithCredentials gives the server root credentials of its own instead of
+// AccessKey and SecretKey: a second store that the first one's keys do not
+// open.
+func WithCredentials(access, secret string) Option {
+	return func(o *options) { o.access, o.secret = access, secret }
+}
 
 // Start starts a private server for t and stops it when t ends. Use it for
 // tests that stop or restart the server or need TLS; others should use
@@ -95,8 +104,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 
 func newServer(bin, dir string, o options) (*Server, error) {
 	s := &Server{
-		AccessKey: AccessKey,
-		SecretKey: SecretKey,
+		AccessKey: cmp.Or(o.access, AccessKey),
+		SecretKey: cmp.Or(o.secret, SecretKey),
 		Region:    Region,
 		Dir:       filepath.Join(dir, "data"),
 		bin:       bin,
