@@ -139,21 +139,19 @@ func CopyStep(ctx context.Context, o Options, step int64) (StepResult, error) {
 		return c.res, fmt.Errorf("copy step %d: read the source manifest: %w", step, err)
 	}
 	c.res.Files, c.res.Bytes = len(src.Files), src.TotalBytes()
-	if done, err := c.alreadyThere(ctx, src); err != nil || done {
-		c.res.AlreadyCommitted = done
+	current, err := c.destinationStep(ctx, src)
+	if err != nil || c.res.AlreadyCommitted {
 		return c.res, err
 	}
-	out, jobs, err := c.plan(ctx, src)
+	out, jobs, err := c.plan(ctx, src, current)
 	if err != nil {
 		return c.res, fmt.Errorf("copy step %d: %w", step, err)
 	}
 	if err := c.run(ctx, jobs); err != nil {
 		return c.res, fmt.Errorf("copy step %d: %w", step, err)
 	}
-	if _, committed, err := manifest.Commit(ctx, o.To, o.ToPrefix, out); err != nil {
-		return c.res, fmt.Errorf("copy step %d: commit at the destination: %w", step, err)
-	} else if !committed {
-		c.res.AlreadyCommitted = true
+	if err := c.commit(ctx, src, current, out); err != nil {
+		return c.res, fmt.Errorf("copy step %d: %w", step, err)
 	}
 	c.log.Debug("copied step", zap.Int("files", c.res.Files), zap.Int64("bytes", c.res.Bytes),
 		zap.Int("sent", c.res.Sent), zap.Int64("bytes_sent", c.res.BytesSent),
@@ -161,20 +159,54 @@ func CopyStep(ctx context.Context, o Options, step int64) (StepResult, error) {
 	return c.res, nil
 }
 
-// alreadyThere reports whether the destination holds the step with src's
-// content, and fails with ErrConflict when it holds other content.
-func (c *copier) alreadyThere(ctx context.Context, src *manifest.Manifest) (bool, error) {
+// destinationStep reads the step at the destination: nil when it is not
+// there; AlreadyCommitted set when it holds src's content. A different
+// content fails with ErrConflict, unless src is a later revision of the
+// step (ferry agent repaired it at the source), which the copy then
+// publishes as the destination's next revision.
+func (c *copier) destinationStep(ctx context.Context, src *manifest.Manifest) (*manifest.Manifest, error) {
 	dst, err := manifest.Get(ctx, c.o.To, c.o.ToPrefix, src.Step)
 	switch {
 	case errors.Is(err, manifest.ErrNoCheckpoint):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("copy step %d: read the destination's manifest: %w", src.Step, err)
+		return nil, fmt.Errorf("copy step %d: read the destination's manifest: %w", src.Step, err)
 	case manifest.SameContent(src, dst):
-		return true, nil
+		c.res.AlreadyCommitted = true
+		return dst, nil
+	case src.Revision > dst.Revision:
+		return dst, nil
 	default:
-		return false, fmt.Errorf("copy step %d: %w (compare the two with `ferry show --step %d`)", src.Step, ErrConflict, src.Step)
+		return nil, c.conflict(src.Step)
 	}
+}
+
+func (c *copier) conflict(step int64) error {
+	return fmt.Errorf("copy step %d: %w (compare the two with `ferry show --step %d`)", step, ErrConflict, step)
+}
+
+// commit publishes out at the destination: create-only, or as the next
+// revision of current, the earlier revision the destination holds.
+func (c *copier) commit(ctx context.Context, src, current, out *manifest.Manifest) error {
+	if current == nil {
+		if _, committed, err := manifest.Commit(ctx, c.o.To, c.o.ToPrefix, out); err != nil {
+			return fmt.Errorf("commit at the destination: %w", err)
+		} else if !committed {
+			c.res.AlreadyCommitted = true
+		}
+		return nil
+	}
+	_, written, err := manifest.Revise(ctx, c.o.To, c.o.ToPrefix, src.Step, func(cur *manifest.Manifest) (*manifest.Manifest, error) {
+		if !manifest.SameContent(cur, out) && cur.Revision >= src.Revision {
+			return nil, c.conflict(src.Step)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return fmt.Errorf("revise at the destination: %w", err)
+	}
+	c.res.AlreadyCommitted = !written
+	return nil
 }
 
 // add counts into the step's result under its lock.

@@ -31,7 +31,7 @@ type stores struct {
 
 func twoServers(t *testing.T) stores {
 	t.Helper()
-	src, dst := s3test.Shared(t), s3test.Start(t)
+	src, dst := s3test.Shared(t), s3test.Start(t).AsR2(t)
 	return stores{src: src, dst: dst, from: src.Store(t, src.NewBucket(t)), to: dst.Store(t, dst.NewBucket(t))}
 }
 
@@ -357,4 +357,47 @@ func readAll(t *testing.T, st store.Store, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A step the agent repaired at the source after it was copied (a later
+// revision) is published at the destination as its next revision; a
+// destination revision that is not older is a conflict.
+func TestCopyPublishesALaterRevision(t *testing.T) {
+	s := twoServers(t)
+	dir := t.TempDir()
+	writeTree(t, dir, tree)
+	push(t, s.from, dir, 100)
+	if _, err := CopyStep(t.Context(), s.options(), 100); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, dir, map[string]int{"late-rank.pt": 5000})
+	_, err := uploader.Destination{Store: s.from, Location: "s3://b/run", Prefix: "run"}.Push(t.Context(), gather(t, dir, 100),
+		uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}, Revise: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := CopyStep(t.Context(), s.options(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 1 || res.Deduplicated != len(tree) || res.AlreadyCommitted {
+		t.Fatalf("copy of revision 1: %+v, want only the new file sent", res)
+	}
+	dst, err := manifest.Get(t.Context(), s.to, "moved/run", 100)
+	if err != nil || dst.Revision != 1 || len(dst.Files) != len(tree)+1 {
+		t.Fatalf("destination after the revision: %v files, revision %v, %v", len(dst.Files), dst.Revision, err)
+	}
+	restoreEqual(t, s.to, "moved/run", 100, dir)
+
+	// The destination moves on on its own: its revision 2 is not the
+	// source's revision 1.
+	writeTree(t, dir, map[string]int{"late-rank.pt": 6000})
+	_, err = uploader.Destination{Store: s.to, Location: "s3://b/moved/run", Prefix: "moved/run"}.Push(t.Context(), gather(t, dir, 100),
+		uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}, Revise: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CopyStep(t.Context(), s.options(), 100); !errors.Is(err, ErrConflict) {
+		t.Fatalf("copy onto a newer destination revision: %v, want ErrConflict", err)
+	}
 }

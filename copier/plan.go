@@ -29,12 +29,16 @@ type content struct {
 }
 
 // plan builds the destination's manifest for src and the objects to send:
-// files the destination's previous step holds are deduplicated, objects
-// an earlier run completed are kept, the rest are sent.
-func (c *copier) plan(ctx context.Context, src *manifest.Manifest) (*manifest.Manifest, []*object, error) {
+// files the destination's previous step (or current, the revision of the
+// step it holds) holds are deduplicated, objects an earlier run completed
+// are kept, the rest are sent.
+func (c *copier) plan(ctx context.Context, src, current *manifest.Manifest) (*manifest.Manifest, []*object, error) {
 	prev, err := c.previousObjects(ctx, src.Step)
 	if err != nil {
 		return nil, nil, err
+	}
+	if current != nil {
+		prev = index(prev, current)
 	}
 	out := *src
 	out.Format, out.Shards = manifest.FormatVersion, nil
@@ -91,11 +95,18 @@ func (c *copier) previousObjects(ctx context.Context, step int64) (map[content]m
 		c.log.Warn("cannot read the destination's previous step; sending every file", zap.Error(err))
 		return nil, nil
 	}
-	out := make(map[content]manifest.File, len(m.Files))
-	for _, f := range m.Files {
-		out[content{f.BLAKE3, f.Size}] = f
+	return index(nil, m), nil
+}
+
+// index adds m's files to idx by content.
+func index(idx map[content]manifest.File, m *manifest.Manifest) map[content]manifest.File {
+	if idx == nil {
+		idx = make(map[content]manifest.File, len(m.Files))
 	}
-	return out, nil
+	for _, f := range m.Files {
+		idx[content{f.BLAKE3, f.Size}] = f
+	}
+	return idx
 }
 
 // atDestination drops the objects already complete at the destination

@@ -20,7 +20,7 @@ import (
 // errors.
 func TestCLICopy(t *testing.T) {
 	srv := s3test.Shared(t)
-	dst := s3test.Start(t, s3test.WithCredentials("ferrycopydest", "ferrycopydestsecret"))
+	dst := s3test.Start(t, s3test.WithCredentials("ferrycopydest", "ferrycopydestsecret")).AsR2(t)
 	from := "s3://" + srv.NewBucket(t) + "/run"
 	toBucket := dst.NewBucket(t)
 	to := "s3://" + toBucket + "/moved"

@@ -125,3 +125,21 @@ func closeSharedProxy(px *s3proxy.Proxy, code int) int {
 	}
 	return code
 }
+
+// AsR2 returns s, or, when EnvR2Rules is set, a view of s behind an
+// R2-rules proxy of its own, as Shared returns: for a test's second
+// server. t fails when the proxy refused a request.
+func (s *Server) AsR2(t testing.TB) *Server {
+	t.Helper()
+	if !R2Rules() {
+		return s
+	}
+	view, px := s.WithProxy(t, s3proxy.Config{R2Rules: true})
+	view.AccessKey, view.SecretKey = s.AccessKey, s.SecretKey
+	t.Cleanup(func() {
+		for _, r := range px.Violations() {
+			t.Errorf("s3test: the R2 rules proxy refused %s %s: %s", r.Op, r.Method, r.Rejected)
+		}
+	})
+	return view
+}
