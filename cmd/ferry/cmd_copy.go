@@ -273,9 +273,18 @@ func printCopyStep(w io.Writer, r copyStepJSON, to manifest.Location) {
 	case r.AlreadyCommitted && r.Sent == 0:
 		fmt.Fprintf(w, "step %d: already at %s\n", r.Step, to)
 	default:
-		fmt.Fprintf(w, "step %d: copied %d files, %s: sent %s (%d objects); %d deduplicated, %d already there, %d parts kept from an earlier run\n",
-			r.Step, r.Files, units.FormatBytes(r.Bytes), units.FormatBytes(r.BytesSent), r.Sent, r.Deduplicated, r.Present, r.PartsKept)
+		fmt.Fprintf(w, "step %d: copied %s, %s: sent %s (%s); %d deduplicated, %d already there, %s kept from an earlier run\n",
+			r.Step, count(r.Files, "file"), units.FormatBytes(r.Bytes), units.FormatBytes(r.BytesSent), count(r.Sent, "object"),
+			r.Deduplicated, r.Present, count(r.PartsKept, "part"))
 	}
+}
+
+// count is "1 file", "2 files".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // errCopyFailed is copy's outcome when a step could not be copied.
