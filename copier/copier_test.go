@@ -401,3 +401,31 @@ func TestCopyPublishesALaterRevision(t *testing.T) {
 		t.Fatalf("copy onto a newer destination revision: %v, want ErrConflict", err)
 	}
 }
+
+// A sharded manifest (format 2) is read whole at the source and committed
+// sharded again at the destination.
+func TestCopyShardedStep(t *testing.T) {
+	defer manifest.SetShardThresholds(1, 2)()
+	s := twoServers(t)
+	dir := t.TempDir()
+	files := map[string]int{}
+	for i := range 7 {
+		files[fmt.Sprintf("rank%d.pt", i)] = 1000 * (i + 1)
+	}
+	writeTree(t, dir, files)
+	src := push(t, s.from, dir, 5)
+	if !src.Sharded() {
+		t.Fatal("the source manifest is not sharded")
+	}
+	if _, err := CopyStep(t.Context(), s.options(), 5); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := manifest.Get(t.Context(), s.to, "moved/run", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dst.Sharded() || len(dst.Files) != len(files) || !manifest.SameContent(src, dst) {
+		t.Fatalf("destination manifest: sharded %v, %d files", dst.Sharded(), len(dst.Files))
+	}
+	restoreEqual(t, s.to, "moved/run", 5, dir)
+}
