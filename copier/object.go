@@ -33,9 +33,10 @@ func (c *copier) run(ctx context.Context, objs []*object) error {
 	return g.Wait()
 }
 
-// acquire takes a request slot and n bytes of the memory budget.
+// acquire takes a request slot and the memory budget a buffer of n bytes
+// takes.
 func (c *copier) acquire(ctx context.Context, n int64) (release func(), err error) {
-	n = min(max(n, 1), max(c.o.Memory, c.o.PartSize))
+	n = min(classSize(n), max(c.o.Memory, c.o.PartSize))
 	if err := c.mem.Acquire(ctx, n); err != nil {
 		return nil, err
 	}
@@ -54,7 +55,8 @@ func (c *copier) copySingle(ctx context.Context, ob *object) error {
 		return err
 	}
 	defer release()
-	buf := make([]byte, ob.src.Size)
+	buf := buffers.get(ob.src.Size)
+	defer buffers.put(buf)
 	if err := c.read(ctx, ob, 0, buf); err != nil {
 		return err
 	}
@@ -144,7 +146,8 @@ func (c *copier) openUpload(ctx context.Context, ob *object) (string, map[int32]
 // it unless the destination holds that part with the same size and CRC32C.
 func (c *copier) copyPart(ctx context.Context, ob *object, uploadID string, i int, size int64, held map[int32]store.Part) (store.Part, blake3tree.Node, error) {
 	off := int64(i) * ob.part
-	buf := make([]byte, size)
+	buf := buffers.get(size)
+	defer buffers.put(buf)
 	if err := c.read(ctx, ob, off, buf); err != nil {
 		return store.Part{}, blake3tree.Node{}, err
 	}

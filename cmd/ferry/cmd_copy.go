@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,10 @@ const (
 	envToSecretKey    = "FERRY_TO_AWS_SECRET_ACCESS_KEY"
 	envToSessionToken = "FERRY_TO_AWS_SESSION_TOKEN"
 )
+
+// copyMemoryLimit is copy's soft memory limit for the Go runtime: the part
+// buffers plus room for the rest.
+const copyMemoryLimit = copier.DefaultMemory + 64<<20
 
 type copyOptions struct {
 	remote      remoteOptions
@@ -124,6 +129,12 @@ func runCopy(ctx context.Context, o copyOptions, stdout, stderr io.Writer) error
 	}
 	if err := checkTwoLocations(o); err != nil {
 		return err
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The part buffers are pooled and bounded (copier.DefaultMemory);
+		// without a limit the collector lets the heap reach twice what is
+		// live before it runs, most of it the SDK's garbage per request.
+		debug.SetMemoryLimit(copyMemoryLimit)
 	}
 	var fromCount, toCount s3store.Counters
 	from, floc, err := openStore(ctx, o.remote, "from", o.from, log, o.concurrency, &fromCount)
