@@ -47,6 +47,9 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 		if attempt > 1 || !errors.Is(err, ErrHashMismatch) || ctx.Err() != nil {
 			return err
 		}
+		if d, ok := r.store.(interface{ Distrust(key string) }); ok {
+			d.Distrust(job.file.Key)
+		}
 		r.log.Warn("downloading file again", zap.String("path", job.file.Path), zap.Error(err))
 	}
 }

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"github.com/ferrylabs/ferry/manifest"
 	"os"
 	"path/filepath"
 )
@@ -22,6 +23,21 @@ type Plan struct {
 	PresentGETs int64 `json:"present_gets"`
 	// Symlinks is the links the restore places.
 	Symlinks int `json:"symlinks"`
+}
+
+// toFetch returns the planned files not already in place with the
+// manifest's size, in plan order: those the restore will download.
+func (p *plan) toFetch() []manifest.File {
+	var out []manifest.File
+	for _, j := range p.files {
+		if !j.absent {
+			if fi, err := os.Lstat(filepath.Join(p.root, j.rel)); err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size {
+				continue
+			}
+		}
+		out = append(out, j.file)
+	}
+	return out
 }
 
 // summarize looks at what the target directory holds for each planned

@@ -131,6 +131,15 @@ type Options struct {
 	// disables the guard.
 	LowSpeedLimit int64
 	LowSpeedTime  time.Duration
+	// Peers, when set, is called once the files to fetch are known (those
+	// not already in place with the manifest's size, in the order the
+	// restore fetches them, in ranges of ChunkSize) and returns the store
+	// their bytes are read from: a cooperative source (peer.Node.Join)
+	// that takes ranges from other nodes restoring the same step. Every
+	// file is verified against its BLAKE3 as always; after a mismatch the
+	// source is told (a Distrust(key string) method, if it has one) before
+	// the file is fetched again.
+	Peers func(ctx context.Context, step int64, files []manifest.File, chunk int64) (store.Store, error)
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -297,6 +306,13 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 		plan := summarize(p, r.opts.ChunkSize)
 		res.Plan = &plan
 		return res, nil
+	}
+	if opts.Peers != nil {
+		st, err := opts.Peers(ctx, m.Step, p.toFetch(), r.opts.ChunkSize)
+		if err != nil {
+			return res, err
+		}
+		r.store = st
 	}
 	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),
 		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))

@@ -1,0 +1,83 @@
+package peer
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"strconv"
+)
+
+// plan is what one node restores, as it tells its peers: the step, the
+// range size, and the objects it fetches, in the order it fetches them.
+type plan struct {
+	Step  int64    `json:"step"`
+	Chunk int64    `json:"chunk"`
+	Files []object `json:"files"`
+}
+
+// object is one object a node fetches.
+type object struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+}
+
+// chunks is how many ranges of size chunk an object of size bytes has
+// (one for an empty object).
+func chunks(size, chunk int64) int64 {
+	return max((size+chunk-1)/chunk, 1)
+}
+
+// assignment says which node fetches each range of each object from the
+// bucket: of the nodes that need the object (as their plans say), the one
+// with the highest rendezvous hash of its address and the range. Every
+// node computes it from the same plans, so they agree without a
+// coordinator; when their views of who joined differ, a range is asked of
+// a node that does not hold it, which answers at once, and the asker
+// fetches it from the bucket.
+type assignment struct {
+	self    string
+	chunk   int64
+	needers map[string][]string // object key -> addresses of the nodes that need it
+}
+
+func newAssignment(self string, chunk int64, plans map[string]*plan) *assignment {
+	a := &assignment{self: self, chunk: chunk, needers: map[string][]string{}}
+	for addr, p := range plans {
+		for _, f := range p.Files {
+			a.needers[f.Key] = append(a.needers[f.Key], addr)
+		}
+	}
+	return a
+}
+
+// owner returns the address of the node that fetches range i of key from
+// the bucket, "" when no node of the plans needs key.
+func (a *assignment) owner(key string, i int64) string {
+	best, bestH := "", uint64(0)
+	for _, n := range a.needers[key] {
+		if h := rendezvous(n, key, i); best == "" || h > bestH || (h == bestH && n > best) {
+			best, bestH = n, h
+		}
+	}
+	return best
+}
+
+// needs reports whether the node at addr needs key.
+func (a *assignment) needs(addr, key string) bool {
+	for _, n := range a.needers[key] {
+		if n == addr {
+			return true
+		}
+	}
+	return false
+}
+
+func rendezvous(node, key string, i int64) uint64 {
+	h := sha256.New()
+	h.Write([]byte(node))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatInt(i, 10)))
+	var sum [sha256.Size]byte
+	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
+}

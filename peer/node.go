@@ -1,0 +1,262 @@
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/internal/ctxtime"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultWait        = 10 * time.Second
+	DefaultLinger      = 2 * time.Minute
+	DefaultConcurrency = 16
+)
+
+// Config sets up one node of a cooperative restore.
+type Config struct {
+	// Bucket is the store the checkpoint is in.
+	Bucket store.Store
+	// Key is the job's shared secret (KeyFromToken, or derived from the
+	// store's credentials over KeyLabel); every request between peers is
+	// signed with it.
+	Key []byte
+	// Listen is the address this node serves its peers on, e.g. ":7077".
+	Listen string
+	// Peers are every node's address as the others reach it (host:port),
+	// the same list in the same order on every node; Self is this node's
+	// index in it.
+	Peers []string
+	Self  int
+	// Wait bounds each wait on a peer: for its plan when joining, and for
+	// a range it is still fetching. Default DefaultWait.
+	Wait time.Duration
+	// Linger bounds how long Finish keeps serving peers that still need
+	// this node's ranges. Default DefaultLinger.
+	Linger time.Duration
+	// Concurrency bounds this node's GETs to the bucket for the ranges it
+	// owns. Default DefaultConcurrency.
+	Concurrency int
+	// SpoolDir holds the spool of owned ranges (an unlinked file): the
+	// restore's target directory, where the bytes go anyway.
+	SpoolDir string
+	// Logger receives what happens between peers. Nil logs nothing.
+	Logger *zap.Logger
+}
+
+// Node is one node of a cooperative restore: it serves its peers and is
+// the source its own restore fetches from.
+type Node struct {
+	cfg    Config
+	self   string
+	log    *zap.Logger
+	ln     net.Listener
+	srv    *http.Server
+	client *http.Client
+	ctx    context.Context // ends at Close: stops the fetches of owned ranges
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	plan       *plan
+	spool      *spool
+	assign     *assignment
+	sizes      map[string]int64
+	assigned   chan struct{} // closed once the ranges are assigned
+	ownedKeys  map[string]bool // objects of which this node owns a range
+	doneFrom   map[string]bool
+	doneSignal chan struct{} // closed and replaced at each done notice
+	dropped    map[string]string
+	servedBy   map[string]map[string]bool // object key -> peers that sent bytes of it
+	distrusted map[string]bool
+
+	stats counters
+}
+
+type counters struct {
+	bucket, peers, local, served, fallbacks atomic.Int64
+}
+
+// Stats counts a node's bytes by where they came from.
+type Stats struct {
+	// Joined is the peers this node restored with, itself not included.
+	Joined int `json:"joined"`
+	// BucketBytes came from the bucket: owned ranges and fallbacks.
+	BucketBytes int64 `json:"bucket_bytes"`
+	// PeerBytes came from peers; LocalBytes from this node's own spool.
+	PeerBytes  int64 `json:"peer_bytes"`
+	LocalBytes int64 `json:"local_bytes"`
+	// ServedBytes went to peers.
+	ServedBytes int64 `json:"served_bytes"`
+	// Fallbacks counts ranges fetched from the bucket because their owner
+	// did not serve them.
+	Fallbacks int64 `json:"fallbacks"`
+	// Dropped maps each peer this node stopped asking to why.
+	Dropped map[string]string `json:"dropped,omitempty"`
+}
+
+// Start listens on cfg.Listen and serves peers.
+func Start(cfg Config) (*Node, error) {
+	switch {
+	case cfg.Bucket == nil:
+		return nil, errors.New("peer: no bucket")
+	case len(cfg.Key) == 0:
+		return nil, errors.New("peer: no key")
+	case cfg.Self < 0 || cfg.Self >= len(cfg.Peers):
+		return nil, fmt.Errorf("peer: this node's index %d is not in the %d peers", cfg.Self, len(cfg.Peers))
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = DefaultWait
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = DefaultLinger
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("peer: listen on %s: %w", cfg.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
+		doneFrom: map[string]bool{}, doneSignal: make(chan struct{}), assigned: make(chan struct{}), dropped: map[string]string{},
+		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}}
+	n.client = &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   64,
+		ResponseHeaderTimeout: cfg.Wait + 2*time.Second,
+		IdleConnTimeout:       90 * time.Second,
+	}}
+	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	n.wg.Go(func() { _ = n.srv.Serve(ln) })
+	return n, nil
+}
+
+// Addr is the address the node listens on.
+func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+func (n *Node) currentSpool() *spool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.spool
+}
+
+// Join starts the cooperative restore of step: files are the objects this
+// node fetches, in the order it fetches them, in ranges of chunk bytes. It
+// publishes its plan, waits at most Wait for each peer's, assigns each
+// range to one node that needs it, starts fetching this node's ranges from
+// the bucket, and returns the store the restore reads from: its own
+// ranges from the spool, the others from their owners, and the bucket for
+// anything a peer does not serve.
+func (n *Node) Join(ctx context.Context, step int64, files []manifest.File, chunk int64) (store.Store, error) {
+	p := &plan{Step: step, Chunk: chunk, Files: make([]object, len(files))}
+	sizes := make(map[string]int64, len(files))
+	for i, f := range files {
+		p.Files[i] = object{Key: f.Key, Size: f.Size}
+		sizes[f.Key] = f.Size
+	}
+	sp, err := newSpool(n.cfg.SpoolDir)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.plan, n.spool, n.sizes = p, sp, sizes
+	n.mu.Unlock()
+	plans := n.gatherPlans(ctx, p)
+	a := newAssignment(n.self, chunk, plans)
+	owned := n.expectOwned(a, p, sp)
+	n.mu.Lock()
+	n.assign = a
+	n.ownedKeys = map[string]bool{}
+	for _, r := range owned {
+		n.ownedKeys[r.key] = true
+	}
+	n.mu.Unlock()
+	close(n.assigned)
+	n.log.Info("restoring with peers", zap.Int("joined", len(plans)-1), zap.Int("peers", len(n.cfg.Peers)-1),
+		zap.Int("ranges_owned", len(owned)))
+	n.wg.Go(func() { n.fetchOwned(owned) })
+	return &source{Store: n.cfg.Bucket, n: n}, nil
+}
+
+// gatherPlans asks every peer for its plan until it has one for the same
+// step and range size, for at most Wait. The result includes this node's.
+func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
+	var mu sync.Mutex
+	plans := map[string]*plan{n.self: own}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Wait)
+	defer cancel()
+	var g errgroup.Group
+	for i, addr := range n.cfg.Peers {
+		if i == n.cfg.Self {
+			continue
+		}
+		g.Go(func() error {
+			p, err := n.peerPlan(ctx, addr)
+			if err == nil && (p.Step != own.Step || p.Chunk != own.Chunk) {
+				err = fmt.Errorf("it restores step %d in %d-byte ranges, this node step %d in %d", p.Step, p.Chunk, own.Step, own.Chunk)
+			}
+			if err != nil {
+				n.log.Warn("restoring without a peer", zap.String("peer", addr), zap.Error(err))
+				return nil
+			}
+			mu.Lock()
+			plans[addr] = p
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return plans
+}
+
+// peerPlan polls addr for its plan until it answers or ctx ends.
+func (n *Node) peerPlan(ctx context.Context, addr string) (*plan, error) {
+	var last error
+	for {
+		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", nil)
+		if err == nil {
+			if resp.StatusCode == http.StatusOK {
+				var p plan
+				err = json.NewDecoder(resp.Body).Decode(&p)
+				resp.Body.Close()
+				return &p, err
+			}
+			resp.Body.Close()
+			err = fmt.Errorf("answered %s", resp.Status)
+		}
+		last = err
+		if ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
+			return nil, fmt.Errorf("no plan within the wait: %w", last)
+		}
+	}
+}
+
+// do sends a signed request to a peer.
+func (n *Node) do(ctx context.Context, method, addr, path string, q url.Values) (*http.Response, error) {
+	u := url.URL{Scheme: "http", Host: addr, Path: path, RawQuery: q.Encode()}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	sign(req, n.cfg.Key, time.Now())
+	return n.client.Do(req)
+}

@@ -1,0 +1,340 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/restore"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+func TestMain(m *testing.M) { s3test.Main(m) }
+
+var testKey = KeyFromToken("test-job")
+
+// counted counts the bytes read from the bucket through it.
+type counted struct {
+	store.Store
+	bytes atomic.Int64
+	gets  atomic.Int64
+}
+
+func (c *counted) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	rc, err := c.Store.Get(ctx, key, off, n)
+	if err != nil || !strings.HasPrefix(key, "run/data/") {
+		return rc, err
+	}
+	c.gets.Add(1)
+	return readCloser{countReader{rc, &c.bytes}, rc}, nil
+}
+
+// step pushes files of the given sizes as step 1 and returns the bucket
+// and the folder they came from.
+func step(t *testing.T, sizes ...int) (store.Store, string) {
+	t.Helper()
+	srv := s3test.Shared(t)
+	st := srv.Store(t, srv.NewBucket(t))
+	dir := t.TempDir()
+	for i, size := range sizes {
+		b := make([]byte, size)
+		_, _ = rand.Read(b)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("rank%d.pt", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _, err := detect.Gather([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Number = 1
+	if _, err := (uploader.Destination{Store: st, Location: "s3://b/run", Prefix: "run"}).Push(t.Context(), s, uploader.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return st, dir
+}
+
+// freeAddrs reserves n loopback addresses.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ln.Addr().String())
+		ln.Close()
+	}
+	return out
+}
+
+// nodeRun is one node's cooperative restore.
+type nodeRun struct {
+	dir    string
+	bucket *counted
+	res    restore.Result
+	err    error
+	stats  Stats
+}
+
+// restoreTogether restores step 1 on every address of addrs that is not
+// in skip, all at once, each a node of the others.
+func restoreTogether(t *testing.T, st store.Store, addrs []string, skip map[int]bool, cfg Config) []*nodeRun {
+	t.Helper()
+	runs := make([]*nodeRun, len(addrs))
+	var wg sync.WaitGroup
+	for i := range addrs {
+		if skip[i] {
+			continue
+		}
+		r := &nodeRun{dir: t.TempDir(), bucket: &counted{Store: st}}
+		runs[i] = r
+		c := cfg
+		c.Bucket, c.Key, c.Listen, c.Peers, c.Self, c.SpoolDir = r.bucket, testKey, addrs[i], addrs, i, r.dir
+		n, err := Start(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			defer n.Close()
+			start := time.Now()
+			defer func() { t.Logf("node %d: %s", i, time.Since(start)) }()
+			r.res, r.err = restore.Restore(t.Context(), restore.Options{Store: r.bucket, Prefix: "run", Dir: r.dir, Step: 1,
+				ChunkSize: 1 << 20, Peers: n.Join})
+			t.Logf("node %d restored in %s", i, time.Since(start))
+			n.Finish(t.Context())
+			r.stats = n.Stats()
+		})
+	}
+	wg.Wait()
+	return runs
+}
+
+func sameTree(t *testing.T, want, got string) {
+	t.Helper()
+	ents, _ := os.ReadDir(want)
+	for _, e := range ents {
+		a, _ := os.ReadFile(filepath.Join(want, e.Name()))
+		b, err := os.ReadFile(filepath.Join(got, e.Name()))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Fatalf("%s restored in %s differs from what was pushed (%v)", e.Name(), got, err)
+		}
+	}
+}
+
+// Three nodes restoring the same step together read each byte from the
+// bucket once between them, and each restores every file byte for byte.
+func TestEachByteFromTheBucketOnce(t *testing.T) {
+	sizes := []int{5<<20 + 3, 3 << 20, 1 << 20, 700, 0, 2<<20 + 1}
+	st, src := step(t, sizes...)
+	var total int64
+	for _, s := range sizes {
+		total += int64(s)
+	}
+	addrs := freeAddrs(t, 3)
+	runs := restoreTogether(t, st, addrs, nil, Config{})
+	var bucket, peers int64
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if r.stats.Joined != 2 || len(r.stats.Dropped) != 0 || r.stats.Fallbacks != 0 {
+			t.Fatalf("node %d: %+v, want both peers joined and used", i, r.stats)
+		}
+		if got := r.bucket.bytes.Load(); got != r.stats.BucketBytes {
+			t.Fatalf("node %d read %d bytes from the bucket, its stats say %d", i, got, r.stats.BucketBytes)
+		}
+		bucket += r.bucket.bytes.Load()
+		peers += r.stats.PeerBytes
+	}
+	if bucket != total {
+		t.Fatalf("the nodes read %d bytes from the bucket, the step has %d", bucket, total)
+	}
+	if peers != 2*total {
+		t.Fatalf("the nodes got %d bytes from each other, want %d", peers, 2*total)
+	}
+}
+
+// A peer that is listed but never starts costs at most the wait: the
+// others restore without it, from the bucket.
+func TestAbsentPeer(t *testing.T) {
+	st, src := step(t, 3<<20, 1000)
+	addrs := freeAddrs(t, 3)
+	start := time.Now()
+	runs := restoreTogether(t, st, addrs, map[int]bool{2: true}, Config{Wait: time.Second, Linger: time.Second})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("restoring beside an absent peer took %s", d)
+	}
+	for i, r := range runs[:2] {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if r.stats.Joined != 1 {
+			t.Fatalf("node %d: joined %d, want 1", i, r.stats.Joined)
+		}
+	}
+}
+
+// fakePeer joins with a real plan and then serves what serve says.
+func fakePeer(t *testing.T, addr string, p *plan, serve func(w http.ResponseWriter, r *http.Request)) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/plan":
+			_ = json.NewEncoder(w).Encode(p)
+		case "/v1/range":
+			serve(w, r)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+}
+
+// stepPlan is the plan of a node that restores all of step 1.
+func stepPlan(t *testing.T, st store.Store) *plan {
+	t.Helper()
+	m, err := manifest.Get(t.Context(), st, "run", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plan{Step: 1, Chunk: 1 << 20}
+	for _, f := range m.Files {
+		p.Files = append(p.Files, object{Key: f.Key, Size: f.Size})
+	}
+	return p
+}
+
+// A peer that serves wrong bytes is caught by the manifest's BLAKE3 and
+// dropped; the files it touched come from the bucket; nothing wrong is
+// placed. A peer that stalls is dropped after the wait.
+func TestBadPeers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve func(w http.ResponseWriter, r *http.Request)
+		why   string
+	}{
+		{"wrong bytes", func(w http.ResponseWriter, r *http.Request) {
+			n := r.URL.Query().Get("n")
+			w.Header().Set("Content-Length", n)
+			var k int
+			fmt.Sscan(n, &k)
+			_, _ = w.Write(bytes.Repeat([]byte{0x5a}, k))
+		}, "failed the manifest's BLAKE3"},
+		{"stalls", func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
+		}, "timeout"},
+		{"refuses", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "no", http.StatusForbidden)
+		}, "403"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, src := step(t, 4<<20, 2<<20+5, 1000, 77)
+			addrs := freeAddrs(t, 3)
+			fakePeer(t, addrs[2], stepPlan(t, st), tc.serve)
+			runs := restoreTogether(t, st, addrs, map[int]bool{2: true}, Config{Wait: 500 * time.Millisecond, Linger: 500 * time.Millisecond})
+			for i, r := range runs[:2] {
+				if r.err != nil {
+					t.Fatalf("node %d: %v", i, r.err)
+				}
+				sameTree(t, src, r.dir)
+				if why := r.stats.Dropped[addrs[2]]; !strings.Contains(why, tc.why) {
+					t.Fatalf("node %d: the bad peer was dropped for %q, want %q (stats %+v)", i, why, tc.why, r.stats)
+				}
+			}
+		})
+	}
+}
+
+// Requests without the job's key get nothing.
+func TestPeerAuth(t *testing.T) {
+	st, _ := step(t, 1000)
+	addr := freeAddrs(t, 1)[0]
+	n, err := Start(Config{Bucket: st, Key: testKey, Listen: addr, Peers: []string{addr}, SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.Join(t.Context(), 1, []manifest.File{{Key: "run/data/x", Size: 10}}, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	get := func(key []byte, sign bool, path string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+		if sign {
+			signWith(req, key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		key  []byte
+		sign bool
+		path string
+		want int
+	}{
+		{nil, false, "/v1/plan", http.StatusUnauthorized},
+		{KeyFromToken("another job"), true, "/v1/plan", http.StatusUnauthorized},
+		{testKey, true, "/v1/plan", http.StatusOK},
+		{testKey, true, "/v1/range?key=run%2Fdata%2Fother&i=0&skip=0&n=10", http.StatusNotFound},
+		{testKey, true, "/v1/range?key=..%2F..%2Fetc%2Fpasswd&i=0&skip=0&n=10", http.StatusNotFound},
+	} {
+		if got := get(tc.key, tc.sign, tc.path); got != tc.want {
+			t.Errorf("GET %s signed %v: %d, want %d", tc.path, tc.sign, got, tc.want)
+		}
+	}
+}
+
+func signWith(r *http.Request, key []byte) { sign(r, key, time.Now()) }
+
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		off, end, size int64
+		want           string
+	}{
+		{0, 11, 10, "0:0+4 1:0+4 2:0+3L"},
+		{5, 9, 10, "1:1+3 2:0+1L"},
+		{0, 1, 0, "0:0+1L"},
+		{8, 11, 10, "2:0+3L"},
+	} {
+		var parts []string
+		for _, s := range split(tc.off, tc.end, tc.size, 4) {
+			l := ""
+			if s.last {
+				l = "L"
+			}
+			parts = append(parts, fmt.Sprintf("%d:%d+%d%s", s.i, s.skip, s.n, l))
+		}
+		if got := strings.Join(parts, " "); got != tc.want {
+			t.Errorf("split(%d, %d, size %d): %s, want %s", tc.off, tc.end, tc.size, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package peer
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// handler serves this node's plan, the ranges it holds and done notices,
+// to requests signed with the job's key only.
+func (n *Node) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/plan", n.servePlan)
+	mux.HandleFunc("GET /v1/range", n.serveRange)
+	mux.HandleFunc("POST /v1/done", n.serveDone)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := verify(r, n.cfg.Key, time.Now()); err != nil {
+			n.log.Debug("refused a peer request", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path), zap.Error(err))
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// servePlan answers with this node's plan, 503 until it has one.
+func (n *Node) servePlan(w http.ResponseWriter, _ *http.Request) {
+	n.mu.Lock()
+	p := n.plan
+	n.mu.Unlock()
+	if p == nil {
+		http.Error(w, "not restoring yet", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// serveRange sends bytes of a range this node holds: key, range index i,
+// skip bytes into it and at most n bytes (fewer at the end of an object,
+// as S3 answers a range past the end). It waits for a range it is still
+// fetching, at most the configured wait; a range it does not own, or
+// could not fetch, is 404 at once, and the asker goes to the bucket.
+func (n *Node) serveRange(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	key := q.Get("key")
+	i, err1 := strconv.ParseInt(q.Get("i"), 10, 64)
+	skip, err2 := strconv.ParseInt(q.Get("skip"), 10, 64)
+	want, err3 := strconv.ParseInt(q.Get("n"), 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || key == "" || i < 0 || skip < 0 || want < 0 {
+		http.Error(w, "want key, i, skip and n", http.StatusBadRequest)
+		return
+	}
+	// A peer that has assigned the ranges may ask before this node has.
+	select {
+	case <-n.assigned:
+	case <-time.After(n.cfg.Wait):
+		http.Error(w, "not restoring yet", http.StatusNotFound)
+		return
+	case <-r.Context().Done():
+		return
+	}
+	sp := n.currentSpool()
+	h, err := sp.wait(r.Context(), key, i, n.cfg.Wait)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	have := max(min(want, h.n-skip), 0)
+	w.Header().Set("Content-Length", strconv.FormatInt(have, 10))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	sent, _ := io.Copy(w, sp.section(h, skip, have))
+	n.stats.served.Add(sent)
+}
+
+// serveDone notes that the peer named by from has finished its restore.
+func (n *Node) serveDone(w http.ResponseWriter, r *http.Request) {
+	from := r.URL.Query().Get("from")
+	n.mu.Lock()
+	if !n.doneFrom[from] {
+		n.doneFrom[from] = true
+		close(n.doneSignal)
+		n.doneSignal = make(chan struct{})
+	}
+	n.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
