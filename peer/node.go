@@ -76,7 +76,7 @@ type Node struct {
 	spool      *spool
 	assign     *assignment
 	sizes      map[string]int64
-	assigned   chan struct{} // closed once the ranges are assigned
+	assigned   chan struct{}   // closed once the ranges are assigned
 	ownedKeys  map[string]bool // objects of which this node owns a range
 	doneFrom   map[string]bool
 	doneSignal chan struct{} // closed and replaced at each done notice
