@@ -29,7 +29,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -334,7 +334,7 @@ func (a *Agent) Abort() {
 
 // loadRemote lists the steps already committed in the bucket.
 func (a *Agent) loadRemote(ctx context.Context) error {
-	steps, err := manifest.Steps(ctx, a.opts.Store, a.opts.Prefix, 0)
+	steps, err := remote.Steps(ctx, a.opts.Store, a.opts.Prefix, 0)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

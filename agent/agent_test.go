@@ -21,7 +21,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -103,7 +103,7 @@ func (h *harness) flush(d time.Duration) []int64 {
 
 func (h *harness) committedSteps() []int64 {
 	h.t.Helper()
-	steps, err := manifest.Steps(context.Background(), h.st, h.prefix, 0)
+	steps, err := remote.Steps(context.Background(), h.st, h.prefix, 0)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func checkSlowTrainer(t *testing.T, h *harness, sim trainsim.Options) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if err := manifest.CheckObjects(ctx, h.st, h.prefix); err != nil && ctx.Err() == nil && violation == nil {
+			if err := remote.CheckObjects(ctx, h.st, h.prefix); err != nil && ctx.Err() == nil && violation == nil {
 				violation = err
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -266,7 +266,7 @@ func TestAgentLayouts(t *testing.T) {
 			}
 			// The manifest records the layout the agent detected.
 			wantLayout := strings.TrimSuffix(c.tree, "-sharded")
-			m, err := manifest.Get(context.Background(), h.st, h.prefix, c.want[0])
+			m, err := remote.Get(context.Background(), h.st, h.prefix, c.want[0])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // A flat layout without a step pattern numbers steps by a counter, which
@@ -46,7 +46,7 @@ func TestAgentFlatRestartNeverRecommits(t *testing.T) {
 	if got := h.committedSteps(); fmt.Sprint(got) != "[0 1]" {
 		t.Fatalf("committed %v, want [0 1]", got)
 	}
-	m, err := manifest.Get(context.Background(), h.st, h.prefix, 1)
+	m, err := remote.Get(context.Background(), h.st, h.prefix, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

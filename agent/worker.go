@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/prune"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -219,7 +220,7 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 		// Aborted (drain timeout or second signal): state stays on disk.
 		e.status.State = control.StatePending
 		e.status.Error = "interrupted; resumes at the next start"
-	case errors.Is(err, manifest.ErrConflict):
+	case errors.Is(err, remote.ErrConflict):
 		a.failForGoodLocked(e, "commit", err, "step is committed in the bucket with different content; not overwriting it")
 	case errors.Is(err, uploader.ErrEmptyStep):
 		a.failForGoodLocked(e, "upload", err, "step has no files; not committing it (--allow-empty commits empty steps)")

@@ -4,13 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/ferrylabs/ferry/internal/store"
 )
-
-// MaxSinglePut is the largest object ferry writes with one PUT
-// (store.MaxSinglePut: R2's limit).
-const MaxSinglePut = store.MaxSinglePut
 
 // Location is a bucket and a key prefix, parsed from s3://bucket/prefix.
 type Location struct {
@@ -151,6 +145,29 @@ func ParsePartKey(prefix, key string) (set PartSet, nodeRank int, ok bool) {
 		return PartSet{}, 0, false
 	}
 	return PartSet{Step: step, Nodes: n, Run: run}, k, true
+}
+
+// ClaimKey is the key of the object a node creates to merge a set.
+func ClaimKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix, set) + "claim.json" }
+
+// DoneKey is the key of the marker written once a set's merge is the
+// step's committed manifest.
+func DoneKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix, set) + "done.json" }
+
+// ParseMarkerKey reports whether key is a set's claim or done marker, and
+// its set.
+func ParseMarkerKey(prefix, key string) (PartSet, bool) {
+	for _, name := range []string{"claim.json", "done.json"} {
+		dir, ok := strings.CutSuffix(key, name)
+		if !ok {
+			continue
+		}
+		// A marker sits where a part of node 0 would: parse that key.
+		if set, k, ok := ParsePartKey(prefix, dir+"node-00000.json"); ok && k == 0 {
+			return set, true
+		}
+	}
+	return PartSet{}, false
 }
 
 // PrunedPrefix is the key prefix under which prune keeps the manifests it

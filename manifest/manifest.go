@@ -15,6 +15,12 @@
 // latest committed step is one LIST request for one key, however long the
 // history. The step is also in the manifest itself, and readers check the two
 // agree.
+//
+// This package is the format alone and does no I/O: the types, their
+// encoding and validation, the key layout, part manifests and their merge,
+// and the shard documents of a sharded manifest. The protocol that writes
+// and reads them in a bucket (create-only commit, revisions, node parts and
+// the merge claim, listing history) is package manifest/remote.
 package manifest
 
 import (
@@ -63,14 +69,15 @@ type Manifest struct {
 	// guessing from file names where it decides (SelectForNode).
 	Layout string `json:"layout,omitempty"`
 	// Revision counts the times the step's manifest was replaced after
-	// its commit (see Revise): 0 for the version first committed. A
+	// its commit (see remote.Revise): 0 for the version first committed. A
 	// revision is the complete version of a step whose files changed on
 	// disk after an earlier version was committed; it replaces that
 	// version at the same key, so every reader, old ones included, takes
 	// it.
 	Revision int `json:"revision,omitempty"`
 	// Shards, in a format 2 manifest, are the objects that hold its files
-	// (see shards.go). Get returns such a manifest with Files filled in.
+	// (see shards.go). remote.Get returns such a manifest with Files
+	// filled in.
 	Shards []Shard `json:"shards,omitempty"`
 }
 
@@ -178,4 +185,43 @@ func checkFormat(v string) error {
 		return fmt.Errorf("manifest field format: version %q not supported (this ferry reads 1.x and 2.x; upgrade ferry)", v)
 	}
 	return nil
+}
+
+// SameContent reports whether two valid manifests (each path once, as
+// Validate checks) describe the same checkpoint: the same file paths, sizes
+// and hashes and the same symlinks. Object keys, part sizes and creation
+// times may differ.
+func SameContent(a, b *Manifest) bool {
+	// Paths are unique in a valid manifest: with as many entries on each
+	// side, a containing b is the two being equal.
+	return len(a.Files) == len(b.Files) && len(a.Symlinks) == len(b.Symlinks) && Contains(a, b)
+}
+
+// Contains reports whether every file and symlink of sub is in m with the
+// same size and hash, or target: what a node checks of a step committed
+// from several nodes' parts.
+func Contains(m, sub *Manifest) bool {
+	if m.Step != sub.Step {
+		return false
+	}
+	files := make(map[string]File, len(m.Files))
+	for _, f := range m.Files {
+		files[f.Path] = f
+	}
+	for _, f := range sub.Files {
+		o, ok := files[f.Path]
+		if !ok || o.Size != f.Size || o.BLAKE3 != f.BLAKE3 {
+			return false
+		}
+	}
+	links := make(map[string]string, len(m.Symlinks))
+	for _, s := range m.Symlinks {
+		links[s.Path] = s.Target
+	}
+	for _, s := range sub.Symlinks {
+		if t, ok := links[s.Path]; !ok || t != s.Target {
+			return false
+		}
+	}
+	return true
 }

@@ -1,23 +1,12 @@
 package manifest
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"sort"
 	"time"
-
-	"github.com/ferrylabs/ferry/internal/store"
 )
-
-// ErrNoPart is returned by GetPart when the node's part manifest is absent.
-var ErrNoPart = errors.New("no part manifest for this node")
-
-// ErrPartConflict is returned when a node's part manifest of a step is
-// already written with different content.
-var ErrPartConflict = errors.New("node part already written with different content")
 
 // Part is the manifest of the files one node of a multi-node job holds for
 // a step: the same entries as a Manifest, plus which node wrote it. A step
@@ -46,8 +35,8 @@ type Part struct {
 // Set returns the set the part belongs to.
 func (p *Part) Set() PartSet { return PartSet{Step: p.Step, Nodes: p.Nodes, Run: p.Run} }
 
-// asManifest views the part as a manifest, for validation and comparison.
-func (p *Part) asManifest() *Manifest {
+// AsManifest views the part as a manifest, for validation and comparison.
+func (p *Part) AsManifest() *Manifest {
 	return &Manifest{Format: p.Format, Step: p.Step, Created: p.Created, Files: p.Files, Symlinks: p.Symlinks}
 }
 
@@ -63,7 +52,7 @@ func ValidatePart(p *Part, prefix string) error {
 	if err := CheckRun(p.Run); err != nil {
 		return fmt.Errorf("part manifest field run: %w", err)
 	}
-	if err := Validate(p.asManifest(), prefix); err != nil {
+	if err := Validate(p.AsManifest(), prefix); err != nil {
 		return fmt.Errorf("part manifest of node %d: %w", p.NodeRank, err)
 	}
 	return nil
@@ -99,77 +88,65 @@ func DecodePart(data []byte, prefix string) (*Part, error) {
 	return &p, nil
 }
 
-// GetPart reads and validates node nodeRank's part manifest of a set. It
-// returns ErrNoPart if the part is absent.
-func GetPart(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (*Part, error) {
-	key := PartKey(prefix, set, nodeRank)
-	data, err := ReadObject(ctx, st, key)
-	if errors.Is(err, store.ErrNotExist) {
-		return nil, fmt.Errorf("%s, node %d: %w", set, nodeRank, ErrNoPart)
+// MergeParts builds the manifest of a step from all its nodes' parts. The
+// result depends only on the parts' content, not on their order or on who
+// merges: files and symlinks are sorted by path, created is the latest
+// part's, nodes is N. A path held by several nodes is accepted when they
+// agree on its content (shared files that every node writes, such as a
+// config saved on each node) and taken from the lowest node rank; different
+// content fails, naming both nodes.
+func MergeParts(parts []*Part) (*Manifest, error) {
+	if len(parts) == 0 {
+		return nil, errors.New("merge parts: no parts")
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read part manifest %s: %w", key, err)
+	sorted := append([]*Part(nil), parts...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].NodeRank < sorted[j].NodeRank })
+	first := sorted[0]
+	m := &Manifest{Format: FormatVersion, Step: first.Step, Nodes: first.Nodes}
+	type owned struct {
+		node int
+		file File
 	}
-	p, err := DecodePart(data, prefix)
-	if err != nil {
-		return nil, fmt.Errorf("part manifest %s: %w", key, err)
+	files := map[string]owned{}
+	links := map[string]owned{}
+	var created time.Time
+	for i, p := range sorted {
+		if p.Set() != first.Set() || p.NodeRank != i || p.Nodes != len(sorted) {
+			return nil, fmt.Errorf("merge parts of %s: part %d is node %d of %s; want node %d of %d",
+				first.Set(), i, p.NodeRank, p.Set(), i, len(sorted))
+		}
+		if p.Created.After(created) {
+			created = p.Created
+		}
+		for _, f := range p.Files {
+			if o, dup := files[f.Path]; dup {
+				if o.file.Size != f.Size || o.file.BLAKE3 != f.BLAKE3 {
+					return nil, fmt.Errorf("commit step %d: nodes %d and %d both hold %s with different content", p.Step, o.node, p.NodeRank, f.Path)
+				}
+				continue
+			}
+			files[f.Path] = owned{p.NodeRank, f}
+			m.Files = append(m.Files, f)
+		}
+		for _, s := range p.Symlinks {
+			if o, dup := links[s.Path]; dup {
+				if o.file.Key != s.Target {
+					return nil, fmt.Errorf("commit step %d: nodes %d and %d both hold link %s with different targets", p.Step, o.node, p.NodeRank, s.Path)
+				}
+				continue
+			}
+			links[s.Path] = owned{p.NodeRank, File{Key: s.Target}}
+			m.Symlinks = append(m.Symlinks, s)
+		}
 	}
-	if p.Set() != set || p.NodeRank != nodeRank {
-		return nil, fmt.Errorf("part manifest %s: says %s, node %d, but its key says %s, node %d", key, p.Set(), p.NodeRank, set, nodeRank)
+	m.Created = created
+	m.Layout = first.Layout
+	for _, p := range sorted {
+		if p.Layout != first.Layout {
+			m.Layout = "" // nodes disagree: unknown
+		}
 	}
-	return p, nil
-}
-
-// PutPart writes a node's part manifest with a create-only conditional PUT.
-// If an identical part (same files, sizes, hashes and symlinks) is already
-// there, it returns that one and written=false: a node that re-runs a step
-// after a crash succeeds. A different part fails with ErrPartConflict and
-// changes nothing.
-func PutPart(ctx context.Context, st store.Store, prefix string, p *Part) (stored *Part, written bool, err error) {
-	if err := ValidatePart(p, prefix); err != nil {
-		return nil, false, fmt.Errorf("step %d: refusing invalid part manifest: %w", p.Step, err)
-	}
-	data, err := EncodePart(p)
-	if err != nil {
-		return nil, false, err
-	}
-	key := PartKey(prefix, p.Set(), p.NodeRank)
-	_, err = st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
-		IfNoneMatch: true,
-		CRC32C:      store.CRC32C(data),
-		ContentType: "application/json",
-	})
-	if err == nil {
-		return p, true, nil
-	}
-	if !errors.Is(err, store.ErrPreconditionFailed) {
-		return nil, false, fmt.Errorf("step %d: write part manifest %s: %w", p.Step, key, err)
-	}
-	prev, err := GetPart(ctx, st, prefix, p.Set(), p.NodeRank)
-	if err != nil {
-		return nil, false, fmt.Errorf("step %d: read the part manifest already there: %w", p.Step, err)
-	}
-	if !SameContent(prev.asManifest(), p.asManifest()) {
-		return prev, false, fmt.Errorf("step %d node %d of %d: %w (the node's files differ from what it pushed before; see %s)",
-			p.Step, p.NodeRank, p.Nodes, ErrPartConflict, key)
-	}
-	return prev, false, nil
-}
-
-// ReadObject reads a whole object of at most MaxManifestSize bytes: a
-// manifest, a tombstone, a part manifest or a manifest shard.
-func ReadObject(ctx context.Context, st store.Store, key string) ([]byte, error) {
-	rc, err := st.Get(ctx, key, 0, -1)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxManifestSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", key, MaxManifestSize)
-	}
-	return data, nil
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
+	sort.Slice(m.Symlinks, func(i, j int) bool { return m.Symlinks[i].Path < m.Symlinks[j].Path })
+	return m, nil
 }

@@ -1,9 +1,6 @@
 package manifest
 
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,9 +9,6 @@ import (
 	"strings"
 
 	"github.com/zeebo/blake3"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/ferrylabs/ferry/internal/store"
 )
 
 // Sharded manifests. A manifest is one JSON document of at most
@@ -76,8 +70,9 @@ type shardDoc struct {
 // Sharded reports whether the manifest's files live in shard objects.
 func (m *Manifest) Sharded() bool { return len(m.Shards) > 0 }
 
-// needsShards estimates the manifest's single-document size.
-func needsShards(m *Manifest) bool {
+// NeedsShards reports whether the manifest's estimated single-document
+// size is above the size where the writer shards.
+func NeedsShards(m *Manifest) bool {
 	est := int64(0)
 	for _, f := range m.Files {
 		est += int64(len(f.Path)+len(f.Key)) + 200 // fields, hash, indentation
@@ -88,14 +83,15 @@ func needsShards(m *Manifest) bool {
 	return false
 }
 
-// writeShards writes m's files as shard objects and returns the manifest to
-// commit: format 2.0, the shards listed, no files inline.
-func writeShards(ctx context.Context, st store.Store, prefix string, m *Manifest) (*Manifest, error) {
+// EncodeShards cuts m's files into shard documents, files grouped by rank
+// (unranked last) and sorted by path within a shard, the shards' keys under
+// the step's data prefix for the writer attempt attempt. It hands each
+// shard, described, with its bytes to put, one at a time and in order, and
+// returns the manifest to commit: format 2.0, the shards listed, no files
+// inline. An error from put is returned as it is.
+func EncodeShards(m *Manifest, prefix, attempt string, put func(sh Shard, data []byte) error) (*Manifest, error) {
 	files := append([]File(nil), m.Files...)
 	sort.SliceStable(files, func(i, j int) bool { return rankLess(files[i].Rank, files[j].Rank) })
-	token := make([]byte, 6)
-	_, _ = rand.Read(token)
-	attempt := "manifest-" + hex.EncodeToString(token)
 	var shards []Shard
 	for i := 0; len(files) > 0; i++ {
 		n := min(len(files), shardAt.files)
@@ -109,8 +105,8 @@ func writeShards(ctx context.Context, st store.Store, prefix string, m *Manifest
 		sh := describeShard(chunk)
 		sh.Key = DataKey(prefix, m.Step, attempt, fmt.Sprintf("shard-%05d.json", i))
 		sh.Size, sh.BLAKE3 = int64(len(data)), hash(data)
-		if _, err := st.Put(ctx, sh.Key, bytes.NewReader(data), sh.Size, store.PutOptions{CRC32C: store.CRC32C(data), ContentType: "application/json"}); err != nil {
-			return nil, fmt.Errorf("write manifest shard %s: %w", sh.Key, err)
+		if err := put(sh, data); err != nil {
+			return nil, err
 		}
 		shards = append(shards, sh)
 	}
@@ -172,50 +168,10 @@ func RanksFilter(want func(rank *int) bool) ShardFilter {
 	}
 }
 
-// Resolve reads the shards of a sharded manifest that filter selects (all
-// when nil), checks each against its size and BLAKE3, and returns the
-// manifest with their files, sorted by path and validated. A manifest that
-// is not sharded is returned as it is. With a filter the result holds only
-// the selected shards' files: enough for a restore of those ranks, not a
-// description of the whole step.
-func Resolve(ctx context.Context, st store.Store, prefix string, m *Manifest, filter ShardFilter) (*Manifest, error) {
-	if !m.Sharded() {
-		return m, nil
-	}
-	docs := make([][]File, len(m.Shards))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i, sh := range m.Shards {
-		if filter != nil && !filter(sh) {
-			continue
-		}
-		g.Go(func() error {
-			files, err := readShard(gctx, st, prefix, m.Step, i, sh)
-			docs[i] = files
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	out := *m
-	out.Files = nil
-	for _, files := range docs {
-		out.Files = append(out.Files, files...)
-	}
-	sort.Slice(out.Files, func(a, b int) bool { return out.Files[a].Path < out.Files[b].Path })
-	if err := Validate(&out, prefix); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// readShard reads and checks shard i of a manifest.
-func readShard(ctx context.Context, st store.Store, prefix string, step int64, i int, sh Shard) ([]File, error) {
-	data, err := ReadObject(ctx, st, sh.Key)
-	if err != nil {
-		return nil, fmt.Errorf("read manifest shard %s: %w", sh.Key, err)
-	}
+// DecodeShard checks data, the bytes read of shard i of the manifest of
+// step, against sh, the manifest's description of the shard, and returns
+// its files.
+func DecodeShard(data []byte, step int64, i int, sh Shard) ([]File, error) {
 	if int64(len(data)) != sh.Size || hash(data) != sh.BLAKE3 {
 		return nil, fmt.Errorf("manifest shard %s: %d bytes that do not match the size (%d) and BLAKE3 the manifest records", sh.Key, len(data), sh.Size)
 	}

@@ -5,8 +5,22 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+)
 
-	"github.com/ferrylabs/ferry/internal/store"
+// The object store's limits on one object, as the format checks a file's
+// part_size against them: S3's and R2's. internal/store states the same
+// numbers for the stores, and manifest/remote does not compile if the two
+// ever differ.
+const (
+	// MaxSinglePut is the largest object ferry writes with one PUT:
+	// 5 GiB - 5 MiB, R2's limit (S3 allows 5 GiB).
+	MaxSinglePut = 5<<30 - 5<<20
+	// MinPartSize is the least size of a multipart part but the last.
+	MinPartSize = 5 << 20
+	// MaxPartSize is the largest multipart part.
+	MaxPartSize = 5 << 30
+	// MaxParts is the most parts of one multipart upload.
+	MaxParts = 10000
 )
 
 // Limits a reader enforces on untrusted manifests.
@@ -156,11 +170,11 @@ func checkPartSize(partSize, size int64) error {
 		}
 		return nil
 	}
-	if partSize < store.MinPartSize || partSize > store.MaxPartSize {
-		return fmt.Errorf("%d outside %d..%d", partSize, int64(store.MinPartSize), int64(store.MaxPartSize))
+	if partSize < MinPartSize || partSize > MaxPartSize {
+		return fmt.Errorf("%d outside %d..%d", partSize, int64(MinPartSize), int64(MaxPartSize))
 	}
-	if (size+partSize-1)/partSize > store.MaxParts {
-		return fmt.Errorf("%d makes more than %d parts for %d bytes", partSize, store.MaxParts, size)
+	if (size+partSize-1)/partSize > MaxParts {
+		return fmt.Errorf("%d makes more than %d parts for %d bytes", partSize, MaxParts, size)
 	}
 	return nil
 }

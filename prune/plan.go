@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // readers bounds the manifests read at once.
@@ -65,7 +66,7 @@ func MakePlan(ctx context.Context, opts Options) (*Plan, error) {
 // whether each is kept.
 func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, error) {
 	st, prefix := pl.opts.Store, pl.opts.Prefix
-	steps, err := manifest.Steps(ctx, st, prefix, 0)
+	steps, err := remote.Steps(ctx, st, prefix, 0)
 	if err != nil {
 		return nil, fmt.Errorf("prune: %w", err)
 	}
@@ -84,7 +85,7 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 	protectPruned := pl.opts.MinAge > 0
 	err = pl.each(ctx, steps, func(ctx context.Context, step int64) error {
 		key := manifest.ManifestKey(prefix, step)
-		data, err := manifest.ReadObject(ctx, st, key)
+		data, err := remote.ReadObject(ctx, st, key)
 		if err != nil {
 			return fmt.Errorf("prune: read manifest of step %d: %w", step, err)
 		}
@@ -138,7 +139,7 @@ func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 		return fmt.Errorf("prune: list tombstones: %w", err)
 	}
 	return pl.eachKey(ctx, young, func(ctx context.Context, key string) error {
-		data, err := manifest.ReadObject(ctx, st, key)
+		data, err := remote.ReadObject(ctx, st, key)
 		if errors.Is(err, store.ErrNotExist) {
 			return nil // expired by a concurrent prune
 		}
@@ -212,7 +213,7 @@ func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool)
 		}
 	}
 	return pl.eachKey(ctx, live, func(ctx context.Context, key string) error {
-		data, err := manifest.ReadObject(ctx, st, key)
+		data, err := remote.ReadObject(ctx, st, key)
 		if errors.Is(err, store.ErrNotExist) {
 			return nil // its step was committed and pruned meanwhile
 		}
@@ -287,7 +288,7 @@ func stepOfDataKey(dataPrefix, key string) (int64, bool) {
 // and, for a sharded manifest, its shards (read to learn its files; a
 // shard that cannot be read stops the prune: what it references is unknown).
 func (pl *planner) referenceManifest(ctx context.Context, m *manifest.Manifest) error {
-	full, err := manifest.Resolve(ctx, pl.opts.Store, pl.opts.Prefix, m, nil)
+	full, err := remote.Resolve(ctx, pl.opts.Store, pl.opts.Prefix, m, nil)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -80,7 +81,7 @@ func verifyRestores(t *testing.T, st store.Store, steps ...int64) {
 
 func steps(t *testing.T, st store.Store) []int64 {
 	t.Helper()
-	s, err := manifest.Steps(context.Background(), st, prefix, 0)
+	s, err := remote.Steps(context.Background(), st, prefix, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestPruneGrace(t *testing.T) {
 		t.Fatalf("first prune: %+v", p)
 	}
 	// The pruned steps still restore from their tombstones' objects.
-	m, _ := manifest.Get(ctx, mem, prefix, 50)
+	m, _ := remote.Get(ctx, mem, prefix, 50)
 	for _, f := range m.Files {
 		if _, err := mem.Head(ctx, f.Key); err != nil {
 			t.Fatal(err)
@@ -291,11 +292,11 @@ func TestPruneShardedManifests(t *testing.T) {
 	ctx := context.Background()
 	mem := store.NewMemStore()
 	history(t, mem)
-	m, err := manifest.Get(ctx, mem, prefix, 50)
+	m, err := remote.Get(ctx, mem, prefix, 50)
 	if err != nil || !m.Sharded() {
 		t.Fatalf("step 50 not sharded: %v", err)
 	}
-	old, err := manifest.Get(ctx, mem, prefix, 10)
+	old, err := remote.Get(ctx, mem, prefix, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestPruneShardedManifests(t *testing.T) {
 	// Every object left is a file or shard of a kept step.
 	keep := map[string]bool{}
 	for _, s := range []int64{40, 50} {
-		km, err := manifest.Get(ctx, mem, prefix, s)
+		km, err := remote.Get(ctx, mem, prefix, s)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 const testPrefix = "team/run1"
@@ -59,7 +60,7 @@ func commit(t testing.TB, st store.Store, step int64, files []tfile, links []man
 		}
 		m.Files = append(m.Files, manifest.File{Path: f.path, Size: int64(len(f.data)), BLAKE3: b3(f.data), Key: key, Rank: f.rank})
 	}
-	c, _, err := manifest.Commit(ctx, st, testPrefix, m)
+	c, _, err := remote.Commit(ctx, st, testPrefix, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }
@@ -66,7 +67,7 @@ func TestRestoreFromS3(t *testing.T) {
 		}
 		m.Files = append(m.Files, entry)
 	}
-	if _, _, err := manifest.Commit(ctx, st, testPrefix, m); err != nil {
+	if _, _, err := remote.Commit(ctx, st, testPrefix, m); err != nil {
 		t.Fatal(err)
 	}
 

@@ -40,6 +40,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/zeebo/blake3"
 	"golang.org/x/sync/semaphore"
 )
@@ -174,7 +175,7 @@ type Result struct {
 }
 
 // Restore restores one committed step into opts.Dir. It returns an error
-// wrapping manifest.ErrNoCheckpoint when the step (or, for LatestStep, any
+// wrapping remote.ErrNoCheckpoint when the step (or, for LatestStep, any
 // step) is not committed, and context.Canceled when ctx is cancelled; after
 // any error, final paths hold either their previous content or verified new
 // content, and no temp files remain (if the process is killed instead, the
@@ -231,13 +232,13 @@ func find(ctx context.Context, opts Options) (*manifest.Manifest, error) {
 	}
 	step := opts.Step
 	if step < 0 {
-		latest, err := manifest.LatestStep(ctx, opts.Store, opts.Prefix)
+		latest, err := remote.LatestStep(ctx, opts.Store, opts.Prefix)
 		if err != nil {
 			return nil, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
 		}
 		step = latest
 	}
-	m, err := manifest.GetFiltered(ctx, opts.Store, opts.Prefix, step, filter)
+	m, err := remote.GetFiltered(ctx, opts.Store, opts.Prefix, step, filter)
 	if err != nil {
 		return nil, fmt.Errorf("restore step %d: %w", step, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 const mib = 1 << 20
@@ -127,12 +128,12 @@ func TestNoCheckpoint(t *testing.T) {
 	st := store.NewMemStore()
 	dir := filepath.Join(t.TempDir(), "target")
 	_, err := Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: LatestStep})
-	if !errors.Is(err, manifest.ErrNoCheckpoint) {
+	if !errors.Is(err, remote.ErrNoCheckpoint) {
 		t.Fatalf("latest of empty prefix: %v, want ErrNoCheckpoint", err)
 	}
 	commit(t, st, 5, []tfile{{path: "x", data: []byte("x")}}, nil)
 	_, err = Restore(context.Background(), Options{Store: st, Prefix: testPrefix, Dir: dir, Step: 6})
-	if !errors.Is(err, manifest.ErrNoCheckpoint) || !strings.Contains(err.Error(), "step 6") {
+	if !errors.Is(err, remote.ErrNoCheckpoint) || !strings.Contains(err.Error(), "step 6") {
 		t.Fatalf("missing step: %v, want ErrNoCheckpoint naming step 6", err)
 	}
 	assertAbsent(t, dir)

@@ -41,7 +41,7 @@ type Destination struct {
 	// Nodes is the number of nodes of the job and NodeRank this node's
 	// (0..Nodes-1). With more than one node, a push writes this node's
 	// part manifest and the step is committed once every node's part is
-	// there (manifest.CommitNodePart); 0 or 1 commits the manifest directly.
+	// there (remote.CommitNodePart); 0 or 1 commits the manifest directly.
 	Nodes, NodeRank int
 	// Run identifies this incarnation of a multi-node job (see
 	// manifest.PartSet): parts of different runs never complete a step

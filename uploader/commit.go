@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // commitStep commits the uploaded entries: the manifest itself for one
@@ -30,7 +31,7 @@ func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 			Symlinks: opts.links,
 			Layout:   opts.Layout,
 		}
-		existing, committed, err := manifest.Commit(ctx, st, opts.Prefix, m)
+		existing, committed, err := remote.Commit(ctx, st, opts.Prefix, m)
 		if !committed && err == nil && referencesAny(existing.Files, entries, attemptPrefix) {
 			// Our own write succeeded but its response was lost: the retry
 			// found our manifest. It references our objects; keep them.
@@ -49,7 +50,7 @@ func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 		Symlinks: opts.links,
 		Layout:   opts.Layout,
 	}
-	nc, err := manifest.CommitNodePart(ctx, st, opts.Prefix, part)
+	nc, err := remote.CommitNodePart(ctx, st, opts.Prefix, part)
 	res := completionResult(nc.Completion)
 	res.Part = nc.Part
 	res.Pending = err == nil && !nc.Done()
@@ -59,7 +60,7 @@ func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 	// With an error after the part was written, the part references the
 	// objects: keep them. A part found in place that names our objects is
 	// ours too (the response to our write was lost).
-	referenced := nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, manifest.ErrPartConflict)) ||
+	referenced := nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, remote.ErrPartConflict)) ||
 		(nc.Part != nil && referencesAny(nc.Part.Files, entries, attemptPrefix))
 	return res, referenced, err
 }
@@ -70,7 +71,7 @@ func reviseStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 	next := func(cur *manifest.Manifest) (*manifest.Manifest, error) {
 		return &manifest.Manifest{Step: opts.Step, Files: entries, Symlinks: opts.links, Layout: opts.Layout}, nil
 	}
-	m, wrote, err := manifest.Revise(ctx, opts.Upload.Store, opts.Prefix, opts.Step, next)
+	m, wrote, err := remote.Revise(ctx, opts.Upload.Store, opts.Prefix, opts.Step, next)
 	if err != nil {
 		return PushResult{}, false, err
 	}
@@ -99,7 +100,7 @@ func referencesAny(files, entries []manifest.File, attemptPrefix string) bool {
 	return false
 }
 
-func completionResult(c manifest.Completion) PushResult {
+func completionResult(c remote.Completion) PushResult {
 	return PushResult{Manifest: c.Manifest, Committed: c.Committed, ByPeer: c.ByPeer, PartsPresent: c.Present, FirstMissing: c.FirstMissing}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // TestPushDedup pushes a checkpoint whose files are 80% unchanged by bytes
@@ -193,11 +194,11 @@ func TestPushMultiNode(t *testing.T) {
 		if last := k == 2; res.Committed != last || res.Pending == last || res.PartsPresent != k+1 {
 			t.Fatalf("node %d: committed=%v pending=%v present=%d", k, res.Committed, res.Pending, res.PartsPresent)
 		}
-		if _, err := manifest.Get(ctx, mem, "run", 50); errors.Is(err, manifest.ErrNoCheckpoint) != (k < 2) {
+		if _, err := remote.Get(ctx, mem, "run", 50); errors.Is(err, remote.ErrNoCheckpoint) != (k < 2) {
 			t.Fatalf("after node %d: manifest %v", k, err)
 		}
 	}
-	m, _ := manifest.Get(ctx, mem, "run", 50)
+	m, _ := remote.Get(ctx, mem, "run", 50)
 	if m.Nodes != 3 || len(m.Files) != 7 {
 		t.Fatalf("manifest: nodes %d, %d files", m.Nodes, len(m.Files))
 	}
@@ -207,7 +208,7 @@ func TestPushMultiNode(t *testing.T) {
 		t.Fatalf("re-run: %+v %v", res, err)
 	}
 	writeRandom(t, filepath.Join(dirs[1], "ckpt", "rank2.pt"), testPart+10, 77)
-	if _, err := push(t, mem, dirs[1], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, 1 }); !errors.Is(err, manifest.ErrConflict) {
+	if _, err := push(t, mem, dirs[1], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, 1 }); !errors.Is(err, remote.ErrConflict) {
 		t.Fatalf("changed node files: %v", err)
 	}
 	if ents, _ := os.ReadDir(stateDir); len(ents) != 0 {
@@ -235,7 +236,7 @@ func TestPushMultiNodeCrashBeforeCommit(t *testing.T) {
 	if _, err := push(t, st, dirs[1], 7, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 2, 1 }); !errors.Is(err, crash) {
 		t.Fatalf("crashing node: %v", err)
 	}
-	if _, err := manifest.Get(ctx, mem, "run", 7); !errors.Is(err, manifest.ErrNoCheckpoint) {
+	if _, err := remote.Get(ctx, mem, "run", 7); !errors.Is(err, remote.ErrNoCheckpoint) {
 		t.Fatalf("step visible: %v", err)
 	}
 	st.Before = nil

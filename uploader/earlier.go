@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // findCommitted returns the step's manifest if it is committed, else the
@@ -21,9 +22,9 @@ func findCommitted(ctx context.Context, opts pushJob) (*manifest.Manifest, int64
 	st := opts.Upload.Store
 	step := opts.Step
 	if !opts.NoDedup {
-		found, err := manifest.StepAtOrBefore(ctx, st, opts.Prefix, step)
+		found, err := remote.StepAtOrBefore(ctx, st, opts.Prefix, step)
 		switch {
-		case errors.Is(err, manifest.ErrNoCheckpoint):
+		case errors.Is(err, remote.ErrNoCheckpoint):
 			return nil, -1, nil
 		case err != nil:
 			return nil, -1, fmt.Errorf("push step %d: check for a committed manifest: %w", step, err)
@@ -31,11 +32,11 @@ func findCommitted(ctx context.Context, opts pushJob) (*manifest.Manifest, int64
 			return nil, found, nil
 		}
 	}
-	m, err := manifest.Get(ctx, st, opts.Prefix, step)
+	m, err := remote.Get(ctx, st, opts.Prefix, step)
 	switch {
 	case err == nil:
 		return m, -1, nil
-	case errors.Is(err, manifest.ErrNoCheckpoint):
+	case errors.Is(err, remote.ErrNoCheckpoint):
 		// Not committed (or, listed a moment ago, pruned since).
 		return nil, -1, nil
 	}
@@ -47,7 +48,7 @@ func findCommitted(ctx context.Context, opts pushJob) (*manifest.Manifest, int64
 // disables deduplication.
 func previousFiles(ctx context.Context, opts pushJob, step int64) (map[string]manifest.File, error) {
 	st, log := opts.Upload.Store, opts.Upload.Logger
-	m, err := manifest.Get(ctx, st, opts.Prefix, step)
+	m, err := remote.Get(ctx, st, opts.Prefix, step)
 	if err == nil {
 		out := make(map[string]manifest.File, len(m.Files))
 		for _, f := range m.Files {
@@ -80,7 +81,7 @@ func pushCommitted(ctx context.Context, opts pushJob, prev *manifest.Manifest) (
 		same = manifest.Contains(prev, local)
 	}
 	if !same {
-		return PushResult{Manifest: prev, Stats: stats}, fmt.Errorf("push step %d: %w (compare with `ferry show --step %d`)", opts.Step, manifest.ErrConflict, opts.Step)
+		return PushResult{Manifest: prev, Stats: stats}, fmt.Errorf("push step %d: %w (compare with `ferry show --step %d`)", opts.Step, remote.ErrConflict, opts.Step)
 	}
 	return PushResult{Manifest: prev, Committed: false, Stats: stats}, nil
 }
@@ -96,14 +97,14 @@ func pushPartWritten(ctx context.Context, opts pushJob, part *manifest.Part) (Pu
 	stored := &manifest.Manifest{Step: part.Step, Files: part.Files, Symlinks: part.Symlinks}
 	if !manifest.SameContent(stored, local) {
 		return PushResult{Part: part, Stats: stats}, fmt.Errorf("push step %d: node %d of %d: %w (its files changed since it pushed them)",
-			opts.Step, opts.NodeRank, opts.Nodes, manifest.ErrPartConflict)
+			opts.Step, opts.NodeRank, opts.Nodes, remote.ErrPartConflict)
 	}
 	if opts.StateDir != "" {
 		// A state file left by a run killed between the part and its
 		// removal: every upload it records is complete and referenced.
 		_ = os.Remove(statePath(opts.StateDir, stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)))
 	}
-	c, err := manifest.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, partSet(opts), opts.NodeRank)
+	c, err := remote.CompleteStep(ctx, opts.Upload.Store, opts.Prefix, partSet(opts), opts.NodeRank)
 	res := completionResult(c)
 	res.Part, res.Pending, res.Stats = part, err == nil && !c.Done(), stats
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // PushOptions configure one push of a step to a Destination.
@@ -37,8 +38,8 @@ type PushOptions struct {
 	// manifest (manifest.Manifest.Layout); "" when unknown.
 	Layout string
 	// Revise publishes the local files as the step's next revision
-	// (manifest.Revise) when the step is already committed with other
-	// content, instead of failing with manifest.ErrConflict: the caller
+	// (remote.Revise) when the step is already committed with other
+	// content, instead of failing with remote.ErrConflict: the caller
 	// knows the committed version is an earlier state of the same save
 	// (the agent, for a step it committed whose files changed since).
 	// Unchanged files are deduplicated against the committed version.
@@ -90,7 +91,7 @@ var ErrEmptyStep = errors.New("no files to push")
 // Push uploads step s (its Files, Symlinks and Generated files; s.Number
 // is the step) and commits its manifest last. A step that is already
 // committed with identical content succeeds without uploading; one
-// committed with different content fails with manifest.ErrConflict and
+// committed with different content fails with remote.ErrConflict and
 // changes nothing. A push that fails or is killed resumes when run again
 // with the same arguments and state directory.
 //
@@ -106,7 +107,7 @@ func (d Destination) Push(ctx context.Context, s step.Step, o PushOptions) (Push
 		return PushResult{}, err
 	}
 	prevStep, res, done, err := earlierPush(ctx, opts)
-	if errors.Is(err, manifest.ErrConflict) && opts.Revise && opts.Nodes <= 1 {
+	if errors.Is(err, remote.ErrConflict) && opts.Revise && opts.Nodes <= 1 {
 		// Deduplicated against the committed version it replaces.
 		opts.revise, prevStep, done, err = true, opts.Step, false, nil
 	}
@@ -173,12 +174,12 @@ func earlierPush(ctx context.Context, opts pushJob) (prevStep int64, res PushRes
 	case opts.Nodes <= 1:
 		return prevStep, PushResult{}, false, nil
 	}
-	part, err := manifest.GetPart(ctx, opts.Upload.Store, opts.Prefix, partSet(opts), opts.NodeRank)
+	part, err := remote.GetPart(ctx, opts.Upload.Store, opts.Prefix, partSet(opts), opts.NodeRank)
 	switch {
 	case err == nil:
 		res, err = pushPartWritten(ctx, opts, part)
 		return -1, res, true, err
-	case !errors.Is(err, manifest.ErrNoPart):
+	case !errors.Is(err, remote.ErrNoPart):
 		return -1, PushResult{}, true, fmt.Errorf("push step %d: check for this node's part: %w", opts.Step, err)
 	}
 	return prevStep, PushResult{}, false, nil
@@ -250,7 +251,7 @@ func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt s
 	log := opts.Upload.Logger
 	attemptPrefix := manifest.DataKey(opts.Prefix, opts.Step, attempt, "")
 	res, referenced, err := commitStep(ctx, opts, entries, attemptPrefix)
-	if err != nil && !errors.Is(err, manifest.ErrConflict) && !errors.Is(err, manifest.ErrPartConflict) {
+	if err != nil && !errors.Is(err, remote.ErrConflict) && !errors.Is(err, remote.ErrPartConflict) {
 		// Unknown outcome (e.g. the connection broke after the write): keep
 		// the state so that a re-run finds the manifest or commits it.
 		return res, fmt.Errorf("push step %d: %w", opts.Step, err)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 const testPart = store.MinPartSize
@@ -117,7 +117,7 @@ func TestPushRoundTripSizes(t *testing.T) {
 	if !res.Committed {
 		t.Fatal("push did not commit")
 	}
-	m, err := manifest.Get(context.Background(), st, "run", 1000)
+	m, err := remote.Get(context.Background(), st, "run", 1000)
 	if err != nil {
 		t.Fatalf("read committed manifest: %v", err)
 	}
@@ -178,7 +178,7 @@ func TestPushResumesAfterFailure(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("first push: got %v, want the injected failure", err)
 	}
-	if _, err := manifest.Get(context.Background(), mem, "run", 7); !errors.Is(err, manifest.ErrNoCheckpoint) {
+	if _, err := remote.Get(context.Background(), mem, "run", 7); !errors.Is(err, remote.ErrNoCheckpoint) {
 		t.Fatalf("a failed push committed a manifest: %v", err)
 	}
 	faulty.Before = nil
@@ -224,7 +224,7 @@ func TestPushIdempotentAndConflicting(t *testing.T) {
 	}
 	writeRandom(t, filepath.Join(dir, "a.pt"), testPart+5, 2)
 	_, err = push(t, st, dir, 3, "", nil)
-	if !errors.Is(err, manifest.ErrConflict) {
+	if !errors.Is(err, remote.ErrConflict) {
 		t.Fatalf("conflicting re-push: got %v, want ErrConflict", err)
 	}
 	if after := st.Inner.(*store.MemStore).Objects(); len(after) != len(objects) {
@@ -255,7 +255,7 @@ func TestPushFailsWhenFileChanges(t *testing.T) {
 	if !errors.Is(err, ErrFileChanged) {
 		t.Fatalf("got %v, want ErrFileChanged", err)
 	}
-	if _, err := manifest.Get(context.Background(), mem, "run", 5); !errors.Is(err, manifest.ErrNoCheckpoint) {
+	if _, err := remote.Get(context.Background(), mem, "run", 5); !errors.Is(err, remote.ErrNoCheckpoint) {
 		t.Fatalf("a manifest was committed for a changing file: %v", err)
 	}
 }
@@ -278,7 +278,7 @@ func TestPushRefusesEmptyStep(t *testing.T) {
 	if _, err := push(t, st, t.TempDir(), 5, "", func(o *pushCase) { o.AllowEmpty = true }); err != nil {
 		t.Fatalf("push with AllowEmpty: %v", err)
 	}
-	m, err := manifest.Get(context.Background(), st, "run", 5)
+	m, err := remote.Get(context.Background(), st, "run", 5)
 	if err != nil || len(m.Files) != 0 {
 		t.Fatalf("with AllowEmpty: manifest %+v, %v; want an empty step committed", m, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // A step committed early (one file of two) and then completed on disk:
@@ -24,7 +24,7 @@ func TestPushReviseCommittedStep(t *testing.T) {
 	optim := writeRandom(t, filepath.Join(dir, "optim.pt"), testPart+7, 2)
 	header := writeRandom(t, filepath.Join(dir, "header.bin"), 100, 3)
 
-	if _, err := push(t, st, dir, 10, t.TempDir(), nil); !errors.Is(err, manifest.ErrConflict) {
+	if _, err := push(t, st, dir, 10, t.TempDir(), nil); !errors.Is(err, remote.ErrConflict) {
 		t.Fatalf("push without Revise: %v, want ErrConflict", err)
 	}
 	res, err := push(t, st, dir, 10, t.TempDir(), func(c *pushCase) { c.Revise = true })
@@ -34,7 +34,7 @@ func TestPushReviseCommittedStep(t *testing.T) {
 	if sent := res.Stats.BytesSent; sent != int64(len(optim)+len(header)) {
 		t.Errorf("revision sent %d bytes, want %d (the unchanged model deduplicated)", sent, len(optim)+len(header))
 	}
-	m, err := manifest.Get(t.Context(), st, "run", 10)
+	m, err := remote.Get(t.Context(), st, "run", 10)
 	if err != nil || m.Revision != 1 || len(m.Files) != 3 {
 		t.Fatalf("committed after revise: %+v %v", m, err)
 	}

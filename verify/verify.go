@@ -15,6 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // DefaultConcurrency is how many ranged GETs --read-data keeps in flight.
@@ -89,7 +90,7 @@ func (r StepReport) OK() bool { return len(r.Problems) == 0 }
 // Verify checks each of opts.Steps and returns one report per step. The
 // error is for what stops the check itself (a cancelled context, a bucket
 // that cannot be listed, a step that is not committed:
-// manifest.ErrNoCheckpoint); what is wrong with a step is in its report.
+// remote.ErrNoCheckpoint); what is wrong with a step is in its report.
 func Verify(ctx context.Context, opts Options) ([]StepReport, error) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
@@ -111,12 +112,12 @@ func Verify(ctx context.Context, opts Options) ([]StepReport, error) {
 // verifyStep checks one step.
 func verifyStep(ctx context.Context, opts Options, step int64) (StepReport, error) {
 	rep := StepReport{Step: step}
-	m, err := manifest.Get(ctx, opts.Store, opts.Prefix, step)
+	m, err := remote.Get(ctx, opts.Store, opts.Prefix, step)
 	if err != nil {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
-		if errors.Is(err, manifest.ErrNoCheckpoint) {
+		if errors.Is(err, remote.ErrNoCheckpoint) {
 			return rep, fmt.Errorf("step %d: %w", step, err)
 		}
 		rep.Problems = append(rep.Problems, Problem{Step: step, Kind: Manifest, Detail: err.Error()})

@@ -12,6 +12,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/prune"
 )
 
@@ -44,7 +45,7 @@ func makeHistory(ctx context.Context, mem store.Store, steps int) error {
 			}
 			m.Files = append(m.Files, manifest.File{Path: p, Size: 1, BLAKE3: hash, Key: key})
 		}
-		if _, _, err := manifest.Commit(ctx, mem, simPrefix, m); err != nil {
+		if _, _, err := remote.Commit(ctx, mem, simPrefix, m); err != nil {
 			return err
 		}
 	}
@@ -69,18 +70,18 @@ func measureHistory(ctx context.Context, steps int, latency time.Duration) (hist
 		return nil
 	}
 	err := run("latest step (restore, push)", func(st store.Store) (string, error) {
-		s, err := manifest.LatestStep(ctx, st, simPrefix)
+		s, err := remote.LatestStep(ctx, st, simPrefix)
 		return fmt.Sprintf("step %d", s), err
 	})
 	if err == nil {
 		err = run("ferry list --last 20", func(st store.Store) (string, error) {
-			rows, err := manifest.Summaries(ctx, st, simPrefix, 20)
+			rows, err := remote.Summaries(ctx, st, simPrefix, 20)
 			return fmt.Sprintf("%d rows", len(rows)), err
 		})
 	}
 	if err == nil {
 		err = run("ferry list (all)", func(st store.Store) (string, error) {
-			rows, err := manifest.Summaries(ctx, st, simPrefix, 0)
+			rows, err := remote.Summaries(ctx, st, simPrefix, 0)
 			return fmt.Sprintf("%d rows", len(rows)), err
 		})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 
@@ -50,7 +51,7 @@ func measureManifest(ctx context.Context, dir string, files int, latency time.Du
 	res := manifestResult{Files: files}
 	mem := store.NewMemStore()
 	start := time.Now()
-	c, _, err := manifest.Commit(ctx, mem, simPrefix, bigManifest(files))
+	c, _, err := remote.Commit(ctx, mem, simPrefix, bigManifest(files))
 	res.Encode = time.Since(start)
 	if err != nil {
 		res.Error = err.Error()
@@ -70,7 +71,7 @@ func measureManifest(ctx context.Context, dir string, files int, latency time.Du
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start = time.Now()
-	decoded, err := manifest.Get(ctx, mem, simPrefix, simStep)
+	decoded, err := remote.Get(ctx, mem, simPrefix, simStep)
 	res.Decode = time.Since(start)
 	runtime.ReadMemStats(&after)
 	res.DecodeAlloc = after.TotalAlloc - before.TotalAlloc

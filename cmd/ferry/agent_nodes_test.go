@@ -17,6 +17,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // writeNodeStep writes node k's share of a Composer step of a job with
@@ -43,7 +44,7 @@ func checkMergedManifests(t *testing.T, st store.Store, steps []int64) {
 	for _, s := range steps {
 		parts := make([]*manifest.Part, 3)
 		for k := range 3 {
-			p, err := manifest.GetPart(ctx, st, "run", manifest.PartSet{Step: s, Nodes: 3}, k)
+			p, err := remote.GetPart(ctx, st, "run", manifest.PartSet{Step: s, Nodes: 3}, k)
 			if err != nil {
 				t.Fatalf("step %d: %v", s, err)
 			}
@@ -118,7 +119,7 @@ func TestAgentThreeNodes(t *testing.T) {
 	}
 	steps := committed(t, st, "run")
 	checkMergedManifests(t, st, steps)
-	m, _ := manifest.Get(context.Background(), st, "run", 7)
+	m, _ := remote.Get(context.Background(), st, "run", 7)
 	if m.Nodes != 3 || len(m.Files) != 6 {
 		t.Fatalf("step 7: %d nodes, %d files", m.Nodes, len(m.Files))
 	}
@@ -139,8 +140,8 @@ func TestAgentThreeNodes(t *testing.T) {
 	_ = agents[2].Process.Signal(syscall.SIGKILL)
 	_ = agents[2].Wait()
 	waitFor(t, "nodes 0 and 1 done with step 21", 30*time.Second, func() bool {
-		_, e0 := manifest.GetPart(context.Background(), st, "run", manifest.PartSet{Step: 21, Nodes: 3}, 0)
-		_, e1 := manifest.GetPart(context.Background(), st, "run", manifest.PartSet{Step: 21, Nodes: 3}, 1)
+		_, e0 := remote.GetPart(context.Background(), st, "run", manifest.PartSet{Step: 21, Nodes: 3}, 0)
+		_, e1 := remote.GetPart(context.Background(), st, "run", manifest.PartSet{Step: 21, Nodes: 3}, 1)
 		return e0 == nil && e1 == nil
 	})
 	var rows []stepSummary
@@ -200,7 +201,7 @@ func TestAgentDedupAndKeepRemote(t *testing.T) {
 		writeFile(t, filepath.Join(dir, "adapter.safetensors"), randomBytes(2*mib, byte(10+i)))
 		writeFile(t, filepath.Join(dir, "trainer_state.json"), []byte(fmt.Sprintf(`{"global_step": %d}`, step)))
 		waitFor(t, fmt.Sprintf("step %d committed", step), 30*time.Second, func() bool {
-			s, err := manifest.LatestStep(context.Background(), st, "run")
+			s, err := remote.LatestStep(context.Background(), st, "run")
 			return err == nil && s == step
 		})
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 
@@ -144,7 +145,7 @@ func startAgentProcess(t *testing.T, env []string, args ...string) *agentProcess
 
 func committed(t *testing.T, st store.Store, prefix string) []int64 {
 	t.Helper()
-	steps, err := manifest.Steps(context.Background(), st, prefix, 0)
+	steps, err := remote.Steps(context.Background(), st, prefix, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 // checkCommittedComplete fails when a committed manifest names an object
 // that is missing or of the wrong size.
 func checkCommittedComplete(st store.Store, prefix string) error {
-	return manifest.CheckObjects(context.Background(), st, prefix)
+	return remote.CheckObjects(context.Background(), st, prefix)
 }
 
 // The agent lowers its own priority by default: every thread of the

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // Exit codes, documented in the README.
@@ -104,7 +104,7 @@ func exitCode(err error, cmd string, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "ferry: %s (see %s)\n", oneLine(err.Error()), helpHint(cmd))
 		return exitUsage
-	case errors.Is(err, manifest.ErrNoCheckpoint):
+	case errors.Is(err, remote.ErrNoCheckpoint):
 		fmt.Fprintf(stderr, "ferry: %s\n", oneLine(err.Error()))
 		return exitNoCheckpoint
 	case errors.Is(err, context.Canceled):

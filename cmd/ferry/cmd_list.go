@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferrylabs/ferry/internal/units"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 type listOptions struct {
@@ -43,7 +43,7 @@ func newListCommand() *cli.Command {
 }
 
 // stepSummary is one row of `ferry list`.
-type stepSummary = manifest.Summary
+type stepSummary = remote.Summary
 
 func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error {
 	log, err := newLogger(o.remote, stderr)
@@ -54,7 +54,7 @@ func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	rows, err := manifest.Summaries(ctx, st, loc.Prefix, o.last)
+	rows, err := remote.Summaries(ctx, st, loc.Prefix, o.last)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", loc, err)
 	}

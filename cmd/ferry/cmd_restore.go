@@ -16,6 +16,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 
@@ -242,10 +243,10 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	bar.close()
 	sum.Requests = counters.Snapshot()
 	switch {
-	case errors.Is(err, manifest.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
+	case errors.Is(err, remote.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
 		sum.Step, sum.Empty = -1, true
 		return sum, nil
-	case errors.Is(err, manifest.ErrNoCheckpoint):
+	case errors.Is(err, remote.ErrNoCheckpoint):
 		return sum, missingStep(ctx, st, loc, o.step, err)
 	case errors.Is(err, context.Canceled):
 		return sum, interruptedError{hint: "run the same command again to resume; files already verified are kept"}

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 type showOptions struct {
@@ -45,12 +46,12 @@ func runShow(ctx context.Context, o showOptions, stdout, stderr io.Writer) error
 	}
 	var m *manifest.Manifest
 	if o.step < 0 {
-		m, err = manifest.Latest(ctx, st, loc.Prefix)
+		m, err = remote.Latest(ctx, st, loc.Prefix)
 	} else {
-		m, err = manifest.Get(ctx, st, loc.Prefix, o.step)
+		m, err = remote.Get(ctx, st, loc.Prefix, o.step)
 	}
 	if err != nil {
-		if errors.Is(err, manifest.ErrNoCheckpoint) {
+		if errors.Is(err, remote.ErrNoCheckpoint) {
 			return missingStep(ctx, st, loc, o.step, err)
 		}
 		return fmt.Errorf("show %s: %w", loc, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/verify"
 )
 
@@ -160,12 +161,12 @@ func stepsToVerify(ctx context.Context, st store.Store, loc manifest.Location, o
 	case o.last > 0:
 		limit = o.last
 	}
-	steps, err := manifest.Steps(ctx, st, loc.Prefix, limit)
+	steps, err := remote.Steps(ctx, st, loc.Prefix, limit)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", loc, err)
 	}
 	if len(steps) == 0 {
-		return nil, fmt.Errorf("verify %s: %w", loc, manifest.ErrNoCheckpoint)
+		return nil, fmt.Errorf("verify %s: %w", loc, remote.ErrNoCheckpoint)
 	}
 	return steps, nil
 }

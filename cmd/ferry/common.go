@@ -19,6 +19,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // commonFlags are accepted by every command that talks to a bucket.
@@ -174,16 +175,16 @@ func printJSON(w io.Writer, v any) error {
 // latest) at loc into one line that says which steps do exist, or that
 // nothing is committed there, and what to do. Other errors pass unchanged.
 func missingStep(ctx context.Context, st store.Store, loc manifest.Location, step int64, err error) error {
-	if !errors.Is(err, manifest.ErrNoCheckpoint) {
+	if !errors.Is(err, remote.ErrNoCheckpoint) {
 		return err
 	}
 	const show = 10
-	steps, lerr := manifest.Steps(ctx, st, loc.Prefix, show+1)
+	steps, lerr := remote.Steps(ctx, st, loc.Prefix, show+1)
 	switch {
 	case lerr != nil:
 		return err
 	case len(steps) == 0:
-		return fmt.Errorf("%w at %s: nothing is committed there; check --from (restore --allow-empty starts fresh)", manifest.ErrNoCheckpoint, loc)
+		return fmt.Errorf("%w at %s: nothing is committed there; check --from (restore --allow-empty starts fresh)", remote.ErrNoCheckpoint, loc)
 	case step < 0:
 		return err // a step appeared meanwhile: report the original error
 	}
@@ -195,7 +196,7 @@ func missingStep(ctx context.Context, st store.Store, loc manifest.Location, ste
 	if len(steps) > show {
 		more = ", ... (ferry list shows all)"
 	}
-	return fmt.Errorf("step %d: %w at %s; committed steps, newest first: %s%s", step, manifest.ErrNoCheckpoint, loc, strings.Join(list, ", "), more)
+	return fmt.Errorf("step %d: %w at %s; committed steps, newest first: %s%s", step, remote.ErrNoCheckpoint, loc, strings.Join(list, ", "), more)
 }
 
 // jsonResult is a command's --json result, which carries the command's

@@ -29,6 +29,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 func blake3Hex(data []byte) string {
@@ -302,7 +303,7 @@ func TestAgentWatchHazards(t *testing.T) {
 	}
 
 	for _, n := range []int64{5, 6, 7} {
-		m, err := manifest.Get(context.Background(), st, "run", n)
+		m, err := remote.Get(context.Background(), st, "run", n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // startFerry starts ferry in the background; wait collects its result.
@@ -96,7 +97,7 @@ func TestCLIMultiNodeCommitRaces(t *testing.T) {
 		}
 		parts := make([]*manifest.Part, nodes)
 		for k := range nodes {
-			p, err := manifest.GetPart(ctx, st, "run", manifest.PartSet{Step: step, Nodes: nodes}, k)
+			p, err := remote.GetPart(ctx, st, "run", manifest.PartSet{Step: step, Nodes: nodes}, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -518,7 +519,7 @@ func TestCLIMultiNodeFinishTogether(t *testing.T) {
 	st := srv.Store(t, bucket)
 	parts := make([]*manifest.Part, nodes)
 	for k := range nodes {
-		p, err := manifest.GetPart(context.Background(), st, "run", set, k)
+		p, err := remote.GetPart(context.Background(), st, "run", set, k)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ferrylabs/ferry/internal/s3test"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/verify"
 )
 
@@ -33,7 +33,7 @@ func TestCLIVerify(t *testing.T) {
 	}
 
 	st := srv.Store(t, bucket)
-	m, err := manifest.Get(t.Context(), st, "run", 20)
+	m, err := remote.Get(t.Context(), st, "run", 20)
 	if err != nil {
 		t.Fatal(err)
 	}

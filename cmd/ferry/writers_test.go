@@ -20,6 +20,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 
@@ -174,7 +175,7 @@ func (w *trainer) removeAll(rel string) {
 func (w *trainer) committedStep(step int64) {
 	w.t.Helper()
 	waitFor(w.t, fmt.Sprintf("step %d committed", step), 60*time.Second, func() bool {
-		_, err := manifest.Get(context.Background(), w.st, w.prefix, step)
+		_, err := remote.Get(context.Background(), w.st, w.prefix, step)
 		return err == nil
 	})
 }
@@ -497,7 +498,7 @@ func runWriterCase(t *testing.T, srv *s3test.Server, c writerCase) {
 	c.save(w)
 	if c.never != "" {
 		time.Sleep(8 * time.Second) // past a settle window and its warning
-		if _, err := manifest.Get(context.Background(), w.st, w.prefix, c.step); err == nil {
+		if _, err := remote.Get(context.Background(), w.st, w.prefix, c.step); err == nil {
 			t.Fatalf("step %d was committed", c.step)
 		}
 		if !strings.Contains(agent.logs.String(), c.never) {
@@ -540,9 +541,9 @@ func committedManifest(w *trainer, step int64) *manifest.Manifest {
 	var m *manifest.Manifest
 	var err error
 	if step < 0 {
-		m, err = manifest.Latest(ctx, w.st, w.prefix)
+		m, err = remote.Latest(ctx, w.st, w.prefix)
 	} else {
-		m, err = manifest.Get(ctx, w.st, w.prefix, step)
+		m, err = remote.Get(ctx, w.st, w.prefix, step)
 	}
 	if err != nil {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -44,7 +45,7 @@ func TestLostCommitResponse(t *testing.T) {
 		t.Fatalf("restore of the step the push committed: %v", err)
 	}
 	sameFile(t, filepath.Join(dst, "model.pt"), data)
-	if errors.Is(pushErr, manifest.ErrConflict) {
+	if errors.Is(pushErr, remote.ErrConflict) {
 		t.Error("push reported a conflict with its own manifest")
 	}
 }

@@ -1,15 +1,15 @@
-package manifest
+package remote
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // Cross-node commit. A step of an N-node job is committed when every node's
@@ -57,7 +57,7 @@ const partReaders = 64
 type NodeCommit struct {
 	// Part is the node's part as stored: the caller's, or an identical one
 	// already there.
-	Part *Part
+	Part *manifest.Part
 	// PartWritten is false when an identical part was already stored: the
 	// objects the caller uploaded for this attempt are then not referenced.
 	PartWritten bool
@@ -75,7 +75,7 @@ type Completion struct {
 	FirstMissing int
 	// Manifest is the step's committed manifest when this call wrote or
 	// read it; nil while parts are missing, and when a peer committed.
-	Manifest *Manifest
+	Manifest *manifest.Manifest
 	// Committed is true when this call wrote the manifest.
 	Committed bool
 	// ByPeer is true when another node merged this set and committed the
@@ -94,7 +94,7 @@ func (c Completion) Done() bool { return c.Manifest != nil || c.ByPeer }
 // node's part is then present. See the protocol above. A part already
 // written with different content fails with ErrPartConflict; a step already
 // committed with different content fails with ErrConflict.
-func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part) (NodeCommit, error) {
+func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *manifest.Part) (NodeCommit, error) {
 	stored, written, err := PutPart(ctx, st, prefix, p)
 	if err != nil {
 		return NodeCommit{Part: stored}, err
@@ -104,7 +104,7 @@ func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part)
 	// after a stop: whoever claimed the merge may be gone, so it merges
 	// without waiting for a claim.
 	res.Completion, err = completeStep(ctx, st, prefix, p.Set(), p.NodeRank, !written)
-	if err == nil && res.Manifest != nil && !Contains(res.Manifest, p.asManifest()) {
+	if err == nil && res.Manifest != nil && !manifest.Contains(res.Manifest, p.AsManifest()) {
 		return res, fmt.Errorf("commit step %d: %w: it lacks or differs in files of node %d (compare with `ferry show --step %d`)",
 			p.Step, ErrConflict, p.NodeRank, p.Step)
 	}
@@ -115,18 +115,18 @@ func CommitNodePart(ctx context.Context, st store.Store, prefix string, p *Part)
 // are present, merging at once without claiming the merge: what a node
 // does when it re-runs a step whose part it wrote before (its own earlier
 // run may have claimed the merge and died). nodeRank is the caller's.
-func CompleteStep(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (Completion, error) {
+func CompleteStep(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, nodeRank int) (Completion, error) {
 	return completeStep(ctx, st, prefix, set, nodeRank, true)
 }
 
 // completeStep lists the set's parts and, with all N present, claims the
 // merge (or, recovering, merges at once); a node that loses the claim waits
 // for the claimant's marker and merges itself if the claim's lease runs out.
-func completeStep(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int, recovering bool) (Completion, error) {
-	if set.Nodes < 1 || set.Nodes > MaxNodes {
-		return Completion{}, fmt.Errorf("commit step %d: %d nodes outside 1..%d", set.Step, set.Nodes, MaxNodes)
+func completeStep(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, nodeRank int, recovering bool) (Completion, error) {
+	if set.Nodes < 1 || set.Nodes > manifest.MaxNodes {
+		return Completion{}, fmt.Errorf("commit step %d: %d nodes outside 1..%d", set.Step, set.Nodes, manifest.MaxNodes)
 	}
-	if err := CheckRun(set.Run); err != nil {
+	if err := manifest.CheckRun(set.Run); err != nil {
 		return Completion{}, fmt.Errorf("commit step %d: %w", set.Step, err)
 	}
 	listStart := time.Now()
@@ -157,10 +157,10 @@ func completeStep(ctx context.Context, st store.Store, prefix string, set PartSe
 // then it writes the set's commit marker for the nodes waiting on it. With
 // check, a manifest already there is read instead (one HEAD first saves N
 // GETs when another node committed).
-func mergeStep(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int, c Completion, check bool) (Completion, error) {
+func mergeStep(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, nodeRank int, c Completion, check bool) (Completion, error) {
 	step := set.Step
 	if check {
-		if _, err := st.Head(ctx, ManifestKey(prefix, step)); err == nil {
+		if _, err := st.Head(ctx, manifest.ManifestKey(prefix, step)); err == nil {
 			c.Manifest, err = Get(ctx, st, prefix, step)
 			return c, err
 		} else if !errors.Is(err, store.ErrNotExist) {
@@ -172,7 +172,7 @@ func mergeStep(ctx context.Context, st store.Store, prefix string, set PartSet, 
 		return c, err
 	}
 	c.Merged = true
-	merged, err := MergeParts(parts)
+	merged, err := manifest.MergeParts(parts)
 	if err != nil {
 		return c, err
 	}
@@ -182,17 +182,17 @@ func mergeStep(ctx context.Context, st store.Store, prefix string, set PartSet, 
 	// The manifest is the merge of this set, written now or found
 	// identical: tell the waiting nodes. A marker that fails to land only
 	// makes them wait out the lease and find the manifest themselves.
-	_ = putMarker(ctx, st, DoneKey(prefix, set), step, nodeRank, false)
+	_ = putMarker(ctx, st, manifest.DoneKey(prefix, set), step, nodeRank, false)
 	return c, nil
 }
 
 // listParts lists the set's parts in node order and stops at the first
 // missing node. It returns how many parts it found and the first missing
 // node rank, -1 when all N are present.
-func listParts(ctx context.Context, st store.Store, prefix string, set PartSet) (present, missing int, err error) {
-	lp := StepPartsPrefix(prefix, set)
+func listParts(ctx context.Context, st store.Store, prefix string, set manifest.PartSet) (present, missing int, err error) {
+	lp := manifest.StepPartsPrefix(prefix, set)
 	err = st.List(ctx, lp, "", 0, func(o store.ObjectInfo) error {
-		s, k, ok := ParsePartKey(prefix, o.Key)
+		s, k, ok := manifest.ParsePartKey(prefix, o.Key)
 		if !ok || s != set {
 			return nil // the set's commit markers
 		}
@@ -212,8 +212,8 @@ func listParts(ctx context.Context, st store.Store, prefix string, set PartSet) 
 }
 
 // readParts reads the N parts of a set, a few at a time.
-func readParts(ctx context.Context, st store.Store, prefix string, set PartSet) ([]*Part, error) {
-	parts := make([]*Part, set.Nodes)
+func readParts(ctx context.Context, st store.Store, prefix string, set manifest.PartSet) ([]*manifest.Part, error) {
+	parts := make([]*manifest.Part, set.Nodes)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(partReaders)
 	for k := range set.Nodes {
@@ -230,67 +230,4 @@ func readParts(ctx context.Context, st store.Store, prefix string, set PartSet) 
 		return nil, err
 	}
 	return parts, nil
-}
-
-// MergeParts builds the manifest of a step from all its nodes' parts. The
-// result depends only on the parts' content, not on their order or on who
-// merges: files and symlinks are sorted by path, created is the latest
-// part's, nodes is N. A path held by several nodes is accepted when they
-// agree on its content (shared files that every node writes, such as a
-// config saved on each node) and taken from the lowest node rank; different
-// content fails, naming both nodes.
-func MergeParts(parts []*Part) (*Manifest, error) {
-	if len(parts) == 0 {
-		return nil, errors.New("merge parts: no parts")
-	}
-	sorted := append([]*Part(nil), parts...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].NodeRank < sorted[j].NodeRank })
-	first := sorted[0]
-	m := &Manifest{Format: FormatVersion, Step: first.Step, Nodes: first.Nodes}
-	type owned struct {
-		node int
-		file File
-	}
-	files := map[string]owned{}
-	links := map[string]owned{}
-	var created time.Time
-	for i, p := range sorted {
-		if p.Set() != first.Set() || p.NodeRank != i || p.Nodes != len(sorted) {
-			return nil, fmt.Errorf("merge parts of %s: part %d is node %d of %s; want node %d of %d",
-				first.Set(), i, p.NodeRank, p.Set(), i, len(sorted))
-		}
-		if p.Created.After(created) {
-			created = p.Created
-		}
-		for _, f := range p.Files {
-			if o, dup := files[f.Path]; dup {
-				if o.file.Size != f.Size || o.file.BLAKE3 != f.BLAKE3 {
-					return nil, fmt.Errorf("commit step %d: nodes %d and %d both hold %s with different content", p.Step, o.node, p.NodeRank, f.Path)
-				}
-				continue
-			}
-			files[f.Path] = owned{p.NodeRank, f}
-			m.Files = append(m.Files, f)
-		}
-		for _, s := range p.Symlinks {
-			if o, dup := links[s.Path]; dup {
-				if o.file.Key != s.Target {
-					return nil, fmt.Errorf("commit step %d: nodes %d and %d both hold link %s with different targets", p.Step, o.node, p.NodeRank, s.Path)
-				}
-				continue
-			}
-			links[s.Path] = owned{p.NodeRank, File{Key: s.Target}}
-			m.Symlinks = append(m.Symlinks, s)
-		}
-	}
-	m.Created = created
-	m.Layout = first.Layout
-	for _, p := range sorted {
-		if p.Layout != first.Layout {
-			m.Layout = "" // nodes disagree: unknown
-		}
-	}
-	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
-	sort.Slice(m.Symlinks, func(i, j int) bool { return m.Symlinks[i].Path < m.Symlinks[j].Path })
-	return m, nil
 }

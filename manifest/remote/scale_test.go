@@ -1,4 +1,4 @@
-package manifest
+package remote
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // commitRun is one step committed by n nodes at once against a store with
@@ -32,15 +33,15 @@ func (r *commitRun) run(t *testing.T) *store.MemStore {
 	t.Helper()
 	ctx := context.Background()
 	mem := store.NewMemStore()
-	set := PartSet{Step: 100, Nodes: r.n}
+	set := manifest.PartSet{Step: 100, Nodes: r.n}
 	st := &store.Faulty{Inner: mem, Before: func(op, key string) error {
 		time.Sleep(r.latency)
-		if _, _, ok := ParsePartKey("run", key); ok && op == "Get" {
+		if _, _, ok := manifest.ParsePartKey("run", key); ok && op == "Get" {
 			r.partGets.Add(1)
 		}
-		if op == "Put" && key == ManifestKey("run", 100) {
+		if op == "Put" && key == manifest.ManifestKey("run", 100) {
 			for k := range r.n {
-				if _, err := mem.Head(ctx, PartKey("run", set, k)); err != nil {
+				if _, err := mem.Head(ctx, manifest.PartKey("run", set, k)); err != nil {
 					r.early.Add(1)
 				}
 			}
@@ -48,7 +49,7 @@ func (r *commitRun) run(t *testing.T) *store.MemStore {
 		return nil
 	}}
 	if r.preClaim {
-		if err := putMarker(ctx, mem, ClaimKey("run", set), 100, r.n-1, true); err != nil {
+		if err := putMarker(ctx, mem, manifest.ClaimKey("run", set), 100, r.n-1, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,11 +83,11 @@ func (r *commitRun) check(t *testing.T, mem *store.MemStore) (merged, committed 
 	if n := r.early.Load(); n != 0 {
 		t.Fatalf("%d manifest PUTs while a part was missing", n)
 	}
-	parts := make([]*Part, r.n)
+	parts := make([]*manifest.Part, r.n)
 	for k := range r.n {
 		parts[k] = nodePart(k, r.n)
 	}
-	want, err := MergeParts(parts)
+	want, err := manifest.MergeParts(parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +95,12 @@ func (r *commitRun) check(t *testing.T, mem *store.MemStore) (merged, committed 
 	if err != nil {
 		t.Fatalf("step not committed: %v", err)
 	}
-	if !SameContent(got, want) {
+	if !manifest.SameContent(got, want) {
 		t.Fatal("the committed manifest is not the merge of the parts")
 	}
 	manifests := 0
 	for _, k := range mem.Objects() {
-		if strings.HasPrefix(k, ManifestsPrefix("run")) {
+		if strings.HasPrefix(k, manifest.ManifestsPrefix("run")) {
 			manifests++
 		}
 	}
@@ -152,7 +153,7 @@ func TestCommitNodePartDeadClaimant(t *testing.T) {
 	if merged < 1 || merged > 2 {
 		t.Fatalf("%d merges after the lease, want 1 (2 at worst)", merged)
 	}
-	if _, err := mem.Head(context.Background(), DoneKey("run", PartSet{Step: 100, Nodes: 8})); err != nil {
+	if _, err := mem.Head(context.Background(), manifest.DoneKey("run", manifest.PartSet{Step: 100, Nodes: 8})); err != nil {
 		t.Fatalf("no done marker after the fallback merge: %v", err)
 	}
 }
@@ -163,11 +164,11 @@ func TestCommitNodePartDeadClaimant(t *testing.T) {
 func TestCommitWaitsForDoneMarker(t *testing.T) {
 	ctx := context.Background()
 	mem := store.NewMemStore()
-	set := PartSet{Step: 100, Nodes: 2}
+	set := manifest.PartSet{Step: 100, Nodes: 2}
 	if _, err := CommitNodePart(ctx, mem, "run", nodePart(0, 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := putMarker(ctx, mem, ClaimKey("run", set), 100, 0, true); err != nil {
+	if err := putMarker(ctx, mem, manifest.ClaimKey("run", set), 100, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -177,37 +178,19 @@ func TestCommitWaitsForDoneMarker(t *testing.T) {
 		t.Fatalf("without a marker: %+v, %v", res.Completion, err)
 	}
 	// The claimant commits the merge, then writes the marker.
-	merged, err := MergeParts([]*Part{nodePart(0, 2), nodePart(1, 2)})
+	merged, err := manifest.MergeParts([]*manifest.Part{nodePart(0, 2), nodePart(1, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := Commit(ctx, mem, "run", merged); err != nil {
 		t.Fatal(err)
 	}
-	if err := putMarker(ctx, mem, DoneKey("run", set), 100, 0, false); err != nil {
+	if err := putMarker(ctx, mem, manifest.DoneKey("run", set), 100, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	c, err := completeStep(ctx, mem, "run", set, 1, false)
 	if err != nil || !c.ByPeer || c.Merged || c.Manifest != nil {
 		t.Fatalf("with the marker: %+v, %v", c, err)
-	}
-}
-
-func TestMarkerKeys(t *testing.T) {
-	for _, set := range []PartSet{{Step: 7, Nodes: 3}, {Step: 7, Nodes: 3, Run: "r-1"}} {
-		for _, key := range []string{ClaimKey("run", set), DoneKey("run", set)} {
-			if got, ok := ParseMarkerKey("run", key); !ok || got != set {
-				t.Errorf("ParseMarkerKey(%q) = %v %v", key, got, ok)
-			}
-			if _, _, ok := ParsePartKey("run", key); ok {
-				t.Errorf("%q parsed as a part", key)
-			}
-		}
-	}
-	for _, bad := range []string{"run/parts/000000000007/of-00003/claim.jsonx", "run/parts/x/claim.json", "run/parts/000000000007/of-00000/done.json"} {
-		if _, ok := ParseMarkerKey("run", bad); ok {
-			t.Errorf("%q parsed as a marker", bad)
-		}
 	}
 }
 
@@ -220,8 +203,8 @@ func TestCommitIgnoresStaleDoneMarker(t *testing.T) {
 	claimTiming.lease, claimTiming.maxPoll, claimTiming.spread = 150*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond
 	ctx := context.Background()
 	mem := store.NewMemStore()
-	set := PartSet{Step: 100, Nodes: 2}
-	for _, key := range []string{ClaimKey("run", set), DoneKey("run", set)} {
+	set := manifest.PartSet{Step: 100, Nodes: 2}
+	for _, key := range []string{manifest.ClaimKey("run", set), manifest.DoneKey("run", set)} {
 		if err := putMarker(ctx, mem, key, 100, 0, false); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package manifest
+package remote
 
 import (
 	"errors"
@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // withFile returns a copy of m with one more file.
-func withFile(m *Manifest, p string) *Manifest {
+func withFile(m *manifest.Manifest, p string) *manifest.Manifest {
 	c := *m
-	c.Files = append(append([]File(nil), m.Files...), File{Path: p, Size: 1, BLAKE3: strings.Repeat("b", 64), Key: "run/data/000000001000/y/" + p})
+	c.Files = append(append([]manifest.File(nil), m.Files...), manifest.File{Path: p, Size: 1, BLAKE3: strings.Repeat("b", 64), Key: "run/data/000000001000/y/" + p})
 	return &c
 }
 
@@ -25,22 +26,22 @@ func TestReviseReplacesTheCommittedVersion(t *testing.T) {
 		t.Fatalf("commit: %v %v", committed, err)
 	}
 	full := withFile(valid(), "optim.pt")
-	got, wrote, err := Revise(ctx, st, "run", 1000, func(*Manifest) (*Manifest, error) { return full, nil })
+	got, wrote, err := Revise(ctx, st, "run", 1000, func(*manifest.Manifest) (*manifest.Manifest, error) { return full, nil })
 	if err != nil || !wrote || got.Revision != 1 {
 		t.Fatalf("revise: wrote %v, revision %d, %v", wrote, got.Revision, err)
 	}
 	m, err := Get(ctx, st, "run", 1000)
-	if err != nil || !SameContent(m, full) || m.Revision != 1 {
+	if err != nil || !manifest.SameContent(m, full) || m.Revision != 1 {
 		t.Fatalf("get after revise: %+v %v", m, err)
 	}
 	if latest, err := Latest(ctx, st, "run"); err != nil || latest.Revision != 1 {
 		t.Fatalf("latest after revise: %+v %v", latest, err)
 	}
 	// The same content again writes nothing.
-	if _, wrote, err := Revise(ctx, st, "run", 1000, func(*Manifest) (*Manifest, error) { return withFile(valid(), "optim.pt"), nil }); err != nil || wrote {
+	if _, wrote, err := Revise(ctx, st, "run", 1000, func(*manifest.Manifest) (*manifest.Manifest, error) { return withFile(valid(), "optim.pt"), nil }); err != nil || wrote {
 		t.Fatalf("revise to the same content: wrote %v, %v", wrote, err)
 	}
-	if _, _, err := Revise(ctx, st, "run", 7, func(c *Manifest) (*Manifest, error) { return c, nil }); !errors.Is(err, ErrNoCheckpoint) {
+	if _, _, err := Revise(ctx, st, "run", 7, func(c *manifest.Manifest) (*manifest.Manifest, error) { return c, nil }); !errors.Is(err, ErrNoCheckpoint) {
 		t.Fatalf("revise of an uncommitted step: %v, want ErrNoCheckpoint", err)
 	}
 }
@@ -58,7 +59,7 @@ func TestReviseConcurrentWritersAllLand(t *testing.T) {
 	errs := make([]error, writers)
 	for i := range writers {
 		wg.Go(func() {
-			_, _, errs[i] = Revise(ctx, st, "run", 1000, func(cur *Manifest) (*Manifest, error) {
+			_, _, errs[i] = Revise(ctx, st, "run", 1000, func(cur *manifest.Manifest) (*manifest.Manifest, error) {
 				return withFile(cur, fmt.Sprintf("node-%d.pt", i)), nil
 			})
 		})
@@ -80,18 +81,18 @@ func TestReviseConcurrentWritersAllLand(t *testing.T) {
 
 // A revision too big for one document is written sharded, and reads back.
 func TestReviseSharded(t *testing.T) {
-	defer SetShardThresholds(500, 2)()
+	defer manifest.SetShardThresholds(500, 2)()
 	ctx := t.Context()
 	st := store.NewMemStore()
 	if _, _, err := Commit(ctx, st, "run", valid()); err != nil {
 		t.Fatal(err)
 	}
 	full := withFile(withFile(valid(), "a.pt"), "b.pt")
-	if _, _, err := Revise(ctx, st, "run", 1000, func(*Manifest) (*Manifest, error) { return full, nil }); err != nil {
+	if _, _, err := Revise(ctx, st, "run", 1000, func(*manifest.Manifest) (*manifest.Manifest, error) { return full, nil }); err != nil {
 		t.Fatal(err)
 	}
 	m, err := Get(ctx, st, "run", 1000)
-	if err != nil || !m.Sharded() || !SameContent(m, full) || m.Revision != 1 {
+	if err != nil || !m.Sharded() || !manifest.SameContent(m, full) || m.Revision != 1 {
 		t.Fatalf("sharded revision: %+v %v", m, err)
 	}
 }

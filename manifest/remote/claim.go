@@ -1,4 +1,4 @@
-package manifest
+package remote
 
 import (
 	"bytes"
@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/ctxtime"
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // Who merges. Every node that lists after the last part landed sees all N
@@ -36,29 +36,6 @@ var claimTiming = struct {
 	spread  time.Duration // per node rank (mod 16) after the lease
 }{lease: 20 * time.Second, maxPoll: 2 * time.Second, spread: 250 * time.Millisecond}
 
-// ClaimKey is the key of the object a node creates to merge a set.
-func ClaimKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix, set) + "claim.json" }
-
-// DoneKey is the key of the marker written once a set's merge is the
-// step's committed manifest.
-func DoneKey(prefix string, set PartSet) string { return StepPartsPrefix(prefix, set) + "done.json" }
-
-// ParseMarkerKey reports whether key is a set's claim or done marker, and
-// its set.
-func ParseMarkerKey(prefix, key string) (PartSet, bool) {
-	for _, name := range []string{"claim.json", "done.json"} {
-		dir, ok := strings.CutSuffix(key, name)
-		if !ok {
-			continue
-		}
-		// A marker sits where a part of node 0 would: parse that key.
-		if set, k, ok := ParsePartKey(prefix, dir+"node-00000.json"); ok && k == 0 {
-			return set, true
-		}
-	}
-	return PartSet{}, false
-}
-
 type marker struct {
 	Step     int64     `json:"step"`
 	NodeRank int       `json:"node_rank"`
@@ -74,8 +51,8 @@ func putMarker(ctx context.Context, st store.Store, key string, step int64, node
 }
 
 // claimMerge tries to become the node that merges the set.
-func claimMerge(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int) (bool, error) {
-	err := putMarker(ctx, st, ClaimKey(prefix, set), set.Step, nodeRank, true)
+func claimMerge(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, nodeRank int) (bool, error) {
+	err := putMarker(ctx, st, manifest.ClaimKey(prefix, set), set.Step, nodeRank, true)
 	switch {
 	case err == nil:
 		return true, nil
@@ -90,12 +67,12 @@ func claimMerge(ctx context.Context, st store.Store, prefix string, set PartSet,
 // about the time a merge takes (estimated from rtt, how long this node's
 // listing took), then backs off. It returns true once the marker is there
 // and false when the lease ran out without it.
-func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, nodeRank int, rtt time.Duration) (bool, error) {
+func awaitPeer(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, nodeRank int, rtt time.Duration) (bool, error) {
 	estimate := time.Duration((set.Nodes+partReaders-1)/partReaders+3) * max(rtt, time.Millisecond)
 	lease := max(claimTiming.lease, 10*estimate)
 	deadline := time.Now().Add(lease)
 	pause := min(estimate, claimTiming.maxPoll)
-	key := DoneKey(prefix, set)
+	key := manifest.DoneKey(prefix, set)
 	for {
 		if err := ctxtime.Sleep(ctx, pause); err != nil {
 			return false, fmt.Errorf("commit step %d: wait for node merging it: %w", set.Step, err)
@@ -117,8 +94,8 @@ func awaitPeer(ctx context.Context, st store.Store, prefix string, set PartSet, 
 // step's manifest with it. A marker without a manifest is left from a step
 // that was pruned (by a prune that stopped before deleting the marker):
 // the step must be committed again, so it does not count.
-func markerValid(ctx context.Context, st store.Store, prefix string, set PartSet, key string) (bool, error) {
-	for _, k := range []string{key, ManifestKey(prefix, set.Step)} {
+func markerValid(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, key string) (bool, error) {
+	for _, k := range []string{key, manifest.ManifestKey(prefix, set.Step)} {
 		_, err := st.Head(ctx, k)
 		if errors.Is(err, store.ErrNotExist) {
 			return false, nil

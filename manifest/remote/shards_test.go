@@ -1,4 +1,4 @@
-package manifest
+package remote
 
 import (
 	"bytes"
@@ -11,28 +11,27 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // smallShards makes every manifest sharded, three files a shard.
 func smallShards(t *testing.T) {
-	saved := shardAt
-	t.Cleanup(func() { shardAt = saved })
-	shardAt.size, shardAt.files = 1, 3
+	t.Cleanup(manifest.SetShardThresholds(1, 3))
 }
 
 // rankedManifest has 2 files for each of 5 ranks, 2 shared files and a link.
-func rankedManifest() *Manifest {
-	m := &Manifest{Format: FormatVersion, Step: 42, Created: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
-		Symlinks: []Symlink{{Path: "latest", Target: "model-rank0-a.pt"}}}
+func rankedManifest() *manifest.Manifest {
+	m := &manifest.Manifest{Format: manifest.FormatVersion, Step: 42, Created: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
+		Symlinks: []manifest.Symlink{{Path: "latest", Target: "model-rank0-a.pt"}}}
 	for r := range 5 {
 		for _, s := range []string{"a", "b"} {
 			rank := r
 			p := fmt.Sprintf("model-rank%d-%s.pt", r, s)
-			m.Files = append(m.Files, File{Path: p, Size: int64(r + 1), BLAKE3: hashA, Key: DataKey("run", 42, "x", p), Rank: &rank})
+			m.Files = append(m.Files, manifest.File{Path: p, Size: int64(r + 1), BLAKE3: hashA, Key: manifest.DataKey("run", 42, "x", p), Rank: &rank})
 		}
 	}
 	for _, p := range []string{"config.json", "tokenizer.json"} {
-		m.Files = append(m.Files, File{Path: p, Size: 7, BLAKE3: hashA, Key: DataKey("run", 42, "x", p)})
+		m.Files = append(m.Files, manifest.File{Path: p, Size: 7, BLAKE3: hashA, Key: manifest.DataKey("run", 42, "x", p)})
 	}
 	return m
 }
@@ -43,11 +42,11 @@ func TestShardedCommitAndGet(t *testing.T) {
 	mem := store.NewMemStore()
 	want := rankedManifest()
 	got, committed, err := Commit(ctx, mem, "run", want)
-	if err != nil || !committed || got.Format != ShardedFormat || len(got.Shards) != 4 {
+	if err != nil || !committed || got.Format != manifest.ShardedFormat || len(got.Shards) != 4 {
 		t.Fatalf("commit: format %s, %d shards, committed %v, %v", got.Format, len(got.Shards), committed, err)
 	}
 	// The manifest object lists shards and no files.
-	rc, err := mem.Get(ctx, ManifestKey("run", 42), 0, -1)
+	rc, err := mem.Get(ctx, manifest.ManifestKey("run", 42), 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +60,7 @@ func TestShardedCommitAndGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !SameContent(full, want) || len(full.Symlinks) != 1 || full.Files[0].Path != "config.json" {
+	if !manifest.SameContent(full, want) || len(full.Symlinks) != 1 || full.Files[0].Path != "config.json" {
 		t.Fatalf("Get of a sharded manifest: %d files, first %q", len(full.Files), full.Files[0].Path)
 	}
 	// The same content again is no conflict.
@@ -80,7 +79,7 @@ func TestShardedGetFiltered(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &store.Faulty{Inner: mem}
-	m, err := GetFiltered(ctx, st, "run", 42, RanksFilter(func(r *int) bool { return *r == 4 }))
+	m, err := GetFiltered(ctx, st, "run", 42, manifest.RanksFilter(func(r *int) bool { return *r == 4 }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package manifest
+package remote
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // reviseTries bounds how often Revise reads the manifest again after
@@ -26,8 +27,8 @@ const reviseTries = 8
 // It returns the manifest now committed and whether this call wrote it:
 // when next returns a manifest with the same content as the current one,
 // nothing is written. A step that is not committed gives ErrNoCheckpoint.
-func Revise(ctx context.Context, st store.Store, prefix string, step int64, next func(current *Manifest) (*Manifest, error)) (*Manifest, bool, error) {
-	key := ManifestKey(prefix, step)
+func Revise(ctx context.Context, st store.Store, prefix string, step int64, next func(current *manifest.Manifest) (*manifest.Manifest, error)) (*manifest.Manifest, bool, error) {
+	key := manifest.ManifestKey(prefix, step)
 	for try := 0; ; try++ {
 		info, err := st.Head(ctx, key)
 		if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
@@ -44,7 +45,7 @@ func Revise(ctx context.Context, st store.Store, prefix string, step int64, next
 		if err != nil {
 			return nil, false, fmt.Errorf("revise step %d: %w", step, err)
 		}
-		if SameContent(cur, m) {
+		if manifest.SameContent(cur, m) {
 			return cur, false, nil
 		}
 		m.Revision = cur.Revision + 1
@@ -59,10 +60,10 @@ func Revise(ctx context.Context, st store.Store, prefix string, step int64, next
 }
 
 // replace writes m over its step's manifest, if that still has etag.
-func replace(ctx context.Context, st store.Store, prefix, etag string, m *Manifest) (*Manifest, error) {
-	m.Format, m.Shards = FormatVersion, nil
+func replace(ctx context.Context, st store.Store, prefix, etag string, m *manifest.Manifest) (*manifest.Manifest, error) {
+	m.Format, m.Shards = manifest.FormatVersion, nil
 	m.Created = time.Now().UTC().Truncate(time.Millisecond)
-	if err := Validate(m, prefix); err != nil {
+	if err := manifest.Validate(m, prefix); err != nil {
 		return nil, fmt.Errorf("refusing invalid manifest: %w", err)
 	}
 	return putManifest(ctx, st, prefix, m, store.PutOptions{IfMatch: etag})

@@ -1,4 +1,4 @@
-package manifest
+package remote
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // ErrNoCheckpoint is returned when no committed manifest exists (for the
@@ -22,8 +23,8 @@ var ErrConflict = errors.New("step already committed with different content")
 // (same files, sizes and hashes, same symlinks) it returns the existing
 // manifest and committed=false; with different content it returns
 // ErrConflict and changes nothing.
-func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (existing *Manifest, committed bool, err error) {
-	if err := Validate(m, prefix); err != nil {
+func Commit(ctx context.Context, st store.Store, prefix string, m *manifest.Manifest) (existing *manifest.Manifest, committed bool, err error) {
+	if err := manifest.Validate(m, prefix); err != nil {
 		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
 	}
 	written, err := putManifest(ctx, st, prefix, m, store.PutOptions{IfNoneMatch: true})
@@ -37,7 +38,7 @@ func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (ex
 	if err != nil {
 		return nil, false, fmt.Errorf("commit step %d: read the manifest already there: %w", m.Step, err)
 	}
-	if !SameContent(prev, m) {
+	if !manifest.SameContent(prev, m) {
 		return prev, false, fmt.Errorf("commit step %d: %w (compare with `ferry show --step %d`)", m.Step, ErrConflict, m.Step)
 	}
 	return prev, false, nil
@@ -47,19 +48,19 @@ func Commit(ctx context.Context, st store.Store, prefix string, m *Manifest) (ex
 // (create-only for a commit, If-Match for a revision), its files written
 // to shards first when one document cannot hold them. It returns the
 // committed form: the files, and the shards they were written to.
-func putManifest(ctx context.Context, st store.Store, prefix string, m *Manifest, cond store.PutOptions) (*Manifest, error) {
+func putManifest(ctx context.Context, st store.Store, prefix string, m *manifest.Manifest, cond store.PutOptions) (*manifest.Manifest, error) {
 	doc := m
-	if needsShards(m) {
+	if manifest.NeedsShards(m) {
 		var err error
 		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
 			return nil, err
 		}
 	}
-	data, err := Encode(doc)
+	data, err := manifest.Encode(doc)
 	if err != nil {
 		return nil, err
 	}
-	key := ManifestKey(prefix, m.Step)
+	key := manifest.ManifestKey(prefix, m.Step)
 	cond.CRC32C, cond.ContentType = store.CRC32C(data), "application/json"
 	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), cond); err != nil {
 		return nil, fmt.Errorf("write manifest %s: %w", key, err)
@@ -72,55 +73,16 @@ func putManifest(ctx context.Context, st store.Store, prefix string, m *Manifest
 	return &full, nil
 }
 
-// SameContent reports whether two valid manifests (each path once, as
-// Validate checks) describe the same checkpoint: the same file paths, sizes
-// and hashes and the same symlinks. Object keys, part sizes and creation
-// times may differ.
-func SameContent(a, b *Manifest) bool {
-	// Paths are unique in a valid manifest: with as many entries on each
-	// side, a containing b is the two being equal.
-	return len(a.Files) == len(b.Files) && len(a.Symlinks) == len(b.Symlinks) && Contains(a, b)
-}
-
-// Contains reports whether every file and symlink of sub is in m with the
-// same size and hash, or target: what a node checks of a step committed
-// from several nodes' parts.
-func Contains(m, sub *Manifest) bool {
-	if m.Step != sub.Step {
-		return false
-	}
-	files := make(map[string]File, len(m.Files))
-	for _, f := range m.Files {
-		files[f.Path] = f
-	}
-	for _, f := range sub.Files {
-		o, ok := files[f.Path]
-		if !ok || o.Size != f.Size || o.BLAKE3 != f.BLAKE3 {
-			return false
-		}
-	}
-	links := make(map[string]string, len(m.Symlinks))
-	for _, s := range m.Symlinks {
-		links[s.Path] = s.Target
-	}
-	for _, s := range sub.Symlinks {
-		if t, ok := links[s.Path]; !ok || t != s.Target {
-			return false
-		}
-	}
-	return true
-}
-
 // Get reads and validates the committed manifest of a step, with the files
 // of every shard if it is sharded. It returns ErrNoCheckpoint if the step
 // is not committed.
-func Get(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
+func Get(ctx context.Context, st store.Store, prefix string, step int64) (*manifest.Manifest, error) {
 	return GetFiltered(ctx, st, prefix, step, nil)
 }
 
 // GetFiltered is Get reading only the shards filter selects (all when nil)
 // of a sharded manifest; see Resolve.
-func GetFiltered(ctx context.Context, st store.Store, prefix string, step int64, filter ShardFilter) (*Manifest, error) {
+func GetFiltered(ctx context.Context, st store.Store, prefix string, step int64, filter manifest.ShardFilter) (*manifest.Manifest, error) {
 	m, err := getHeader(ctx, st, prefix, step)
 	if err != nil || !m.Sharded() {
 		return m, err
@@ -129,8 +91,8 @@ func GetFiltered(ctx context.Context, st store.Store, prefix string, step int64,
 }
 
 // getHeader reads and validates the manifest document of a step.
-func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (*Manifest, error) {
-	key := ManifestKey(prefix, step)
+func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (*manifest.Manifest, error) {
+	key := manifest.ManifestKey(prefix, step)
 	data, err := ReadObject(ctx, st, key)
 	if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
 		return nil, fmt.Errorf("step %d: %w", step, ErrNoCheckpoint)
@@ -138,7 +100,7 @@ func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", key, err)
 	}
-	m, err := DecodeBytes(data, prefix)
+	m, err := manifest.DecodeBytes(data, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", key, err)
 	}
@@ -151,14 +113,14 @@ func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (
 // Steps lists committed steps, newest first. limit > 0 stops after that many.
 func Steps(ctx context.Context, st store.Store, prefix string, limit int) ([]int64, error) {
 	var steps []int64
-	err := st.List(ctx, ManifestsPrefix(prefix), "", limit, func(o store.ObjectInfo) error {
-		if step, ok := StepFromManifestKey(prefix, o.Key); ok {
+	err := st.List(ctx, manifest.ManifestsPrefix(prefix), "", limit, func(o store.ObjectInfo) error {
+		if step, ok := manifest.StepFromManifestKey(prefix, o.Key); ok {
 			steps = append(steps, step)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list manifests under %s: %w", ManifestsPrefix(prefix), err)
+		return nil, fmt.Errorf("list manifests under %s: %w", manifest.ManifestsPrefix(prefix), err)
 	}
 	return steps, nil
 }
@@ -176,7 +138,7 @@ func LatestStep(ctx context.Context, st store.Store, prefix string) (int64, erro
 	}
 	// The first key was not a manifest (a stray object under manifests/,
 	// which sorts before real keys only if it is odd): list them all.
-	_ = st.List(ctx, ManifestsPrefix(prefix), "", 1, func(o store.ObjectInfo) error { first = o.Key; return nil })
+	_ = st.List(ctx, manifest.ManifestsPrefix(prefix), "", 1, func(o store.ObjectInfo) error { first = o.Key; return nil })
 	if first != "" {
 		if steps, err = Steps(ctx, st, prefix, 0); err != nil {
 			return 0, err
@@ -190,7 +152,7 @@ func LatestStep(ctx context.Context, st store.Store, prefix string) (int64, erro
 
 // Latest reads the manifest of the highest committed step, or returns
 // ErrNoCheckpoint.
-func Latest(ctx context.Context, st store.Store, prefix string) (*Manifest, error) {
+func Latest(ctx context.Context, st store.Store, prefix string) (*manifest.Manifest, error) {
 	step, err := LatestStep(ctx, st, prefix)
 	if err != nil {
 		return nil, err
@@ -205,11 +167,11 @@ func Latest(ctx context.Context, st store.Store, prefix string) (*Manifest, erro
 func StepAtOrBefore(ctx context.Context, st store.Store, prefix string, step int64) (int64, error) {
 	// Keys of newer steps sort before this bare inverse number, and the
 	// step's own key right after it.
-	after := ManifestsPrefix(prefix) + fmt.Sprintf("%012d", MaxStep-step)
+	after := manifest.ManifestsPrefix(prefix) + fmt.Sprintf("%012d", manifest.MaxStep-step)
 	found, stray := int64(-1), false
 	try := func(maxKeys int) error {
-		return st.List(ctx, ManifestsPrefix(prefix), after, maxKeys, func(o store.ObjectInfo) error {
-			if s, ok := StepFromManifestKey(prefix, o.Key); ok && s <= step {
+		return st.List(ctx, manifest.ManifestsPrefix(prefix), after, maxKeys, func(o store.ObjectInfo) error {
+			if s, ok := manifest.StepFromManifestKey(prefix, o.Key); ok && s <= step {
 				found = s
 				return store.ErrStopList
 			}
@@ -218,12 +180,12 @@ func StepAtOrBefore(ctx context.Context, st store.Store, prefix string, step int
 		})
 	}
 	if err := try(1); err != nil {
-		return 0, fmt.Errorf("list manifests under %s: %w", ManifestsPrefix(prefix), err)
+		return 0, fmt.Errorf("list manifests under %s: %w", manifest.ManifestsPrefix(prefix), err)
 	}
 	if found < 0 && stray {
 		// A stray object sorted first: look further.
 		if err := try(0); err != nil {
-			return 0, fmt.Errorf("list manifests under %s: %w", ManifestsPrefix(prefix), err)
+			return 0, fmt.Errorf("list manifests under %s: %w", manifest.ManifestsPrefix(prefix), err)
 		}
 	}
 	if found < 0 {
