@@ -30,6 +30,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // Defaults for Options fields left zero.
@@ -134,7 +135,7 @@ func CopyStep(ctx context.Context, o Options, step int64) (StepResult, error) {
 	c := &copier{o: o, log: o.Logger.With(zap.Int64("step", step)),
 		slots: semaphore.NewWeighted(int64(o.Concurrency)), mem: semaphore.NewWeighted(max(o.Memory, o.PartSize))}
 	c.res.Step = step
-	src, err := manifest.Get(ctx, o.From, o.FromPrefix, step)
+	src, err := remote.Get(ctx, o.From, o.FromPrefix, step)
 	if err != nil {
 		return c.res, fmt.Errorf("copy step %d: read the source manifest: %w", step, err)
 	}
@@ -165,9 +166,9 @@ func CopyStep(ctx context.Context, o Options, step int64) (StepResult, error) {
 // step (ferry agent repaired it at the source), which the copy then
 // publishes as the destination's next revision.
 func (c *copier) destinationStep(ctx context.Context, src *manifest.Manifest) (*manifest.Manifest, error) {
-	dst, err := manifest.Get(ctx, c.o.To, c.o.ToPrefix, src.Step)
+	dst, err := remote.Get(ctx, c.o.To, c.o.ToPrefix, src.Step)
 	switch {
-	case errors.Is(err, manifest.ErrNoCheckpoint):
+	case errors.Is(err, remote.ErrNoCheckpoint):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("copy step %d: read the destination's manifest: %w", src.Step, err)
@@ -189,14 +190,14 @@ func (c *copier) conflict(step int64) error {
 // revision of current, the earlier revision the destination holds.
 func (c *copier) commit(ctx context.Context, src, current, out *manifest.Manifest) error {
 	if current == nil {
-		if _, committed, err := manifest.Commit(ctx, c.o.To, c.o.ToPrefix, out); err != nil {
+		if _, committed, err := remote.Commit(ctx, c.o.To, c.o.ToPrefix, out); err != nil {
 			return fmt.Errorf("commit at the destination: %w", err)
 		} else if !committed {
 			c.res.AlreadyCommitted = true
 		}
 		return nil
 	}
-	_, written, err := manifest.Revise(ctx, c.o.To, c.o.ToPrefix, src.Step, func(cur *manifest.Manifest) (*manifest.Manifest, error) {
+	_, written, err := remote.Revise(ctx, c.o.To, c.o.ToPrefix, src.Step, func(cur *manifest.Manifest) (*manifest.Manifest, error) {
 		if !manifest.SameContent(cur, out) && cur.Revision >= src.Revision {
 			return nil, c.conflict(src.Step)
 		}

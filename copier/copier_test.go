@@ -17,6 +17,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -125,7 +126,7 @@ func TestCopyStepRestoresByteForByte(t *testing.T) {
 	if res.Sent != len(tree) || res.BytesSent != src.TotalBytes() || res.AlreadyCommitted || res.Present != 0 {
 		t.Fatalf("result %+v: want all %d objects (%d bytes) sent", res, len(tree), src.TotalBytes())
 	}
-	dst, err := manifest.Get(t.Context(), s.to, "moved/run", 100)
+	dst, err := remote.Get(t.Context(), s.to, "moved/run", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestCopyResumesAfterAKill(t *testing.T) {
 			if _, err := CopyStep(ctx, o, 7); !errors.Is(err, context.Canceled) {
 				t.Fatalf("killed copy: %v, want canceled", err)
 			}
-			if _, err := manifest.Get(t.Context(), s.to, "moved/run", 7); !errors.Is(err, manifest.ErrNoCheckpoint) {
+			if _, err := remote.Get(t.Context(), s.to, "moved/run", 7); !errors.Is(err, remote.ErrNoCheckpoint) {
 				t.Fatalf("after the kill the destination has a manifest: %v", err)
 			}
 
@@ -302,7 +303,7 @@ func TestCopyRefusesCorruptSource(t *testing.T) {
 			if !errors.Is(err, ErrSourceCorrupt) || !strings.Contains(err.Error(), key) {
 				t.Fatalf("copy of a corrupt source: %v, want ErrSourceCorrupt naming %s", err, key)
 			}
-			if _, err := manifest.Get(t.Context(), s.to, "moved/run", 100); !errors.Is(err, manifest.ErrNoCheckpoint) {
+			if _, err := remote.Get(t.Context(), s.to, "moved/run", 100); !errors.Is(err, remote.ErrNoCheckpoint) {
 				t.Fatalf("a manifest was committed at the destination: %v", err)
 			}
 			dstKey := "moved/run/data/" + strings.TrimPrefix(key, "run/data/")
@@ -383,7 +384,7 @@ func TestCopyPublishesALaterRevision(t *testing.T) {
 	if res.Sent != 1 || res.Deduplicated != len(tree) || res.AlreadyCommitted {
 		t.Fatalf("copy of revision 1: %+v, want only the new file sent", res)
 	}
-	dst, err := manifest.Get(t.Context(), s.to, "moved/run", 100)
+	dst, err := remote.Get(t.Context(), s.to, "moved/run", 100)
 	if err != nil || dst.Revision != 1 || len(dst.Files) != len(tree)+1 {
 		t.Fatalf("destination after the revision: %v files, revision %v, %v", len(dst.Files), dst.Revision, err)
 	}
@@ -420,7 +421,7 @@ func TestCopyShardedStep(t *testing.T) {
 	if _, err := CopyStep(t.Context(), s.options(), 5); err != nil {
 		t.Fatal(err)
 	}
-	dst, err := manifest.Get(t.Context(), s.to, "moved/run", 5)
+	dst, err := remote.Get(t.Context(), s.to, "moved/run", 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // object is one object to send: a file's bytes at the source and where
@@ -80,13 +81,13 @@ func (c *copier) previousObjects(ctx context.Context, step int64) (map[content]m
 	if step == 0 {
 		return nil, nil
 	}
-	prev, err := manifest.StepAtOrBefore(ctx, c.o.To, c.o.ToPrefix, step-1)
-	if errors.Is(err, manifest.ErrNoCheckpoint) {
+	prev, err := remote.StepAtOrBefore(ctx, c.o.To, c.o.ToPrefix, step-1)
+	if errors.Is(err, remote.ErrNoCheckpoint) {
 		return nil, nil
 	}
 	var m *manifest.Manifest
 	if err == nil {
-		m, err = manifest.Get(ctx, c.o.To, c.o.ToPrefix, prev)
+		m, err = remote.Get(ctx, c.o.To, c.o.ToPrefix, prev)
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, store.ErrNoBucket) {

@@ -20,6 +20,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // The destination's credentials, when they differ from the source's
@@ -251,12 +252,12 @@ func selectSteps(ctx context.Context, st store.Store, loc manifest.Location, ste
 	case last > 0:
 		limit = last
 	}
-	steps, err := manifest.Steps(ctx, st, loc.Prefix, limit)
+	steps, err := remote.Steps(ctx, st, loc.Prefix, limit)
 	if err != nil {
 		return nil, err
 	}
 	if len(steps) == 0 {
-		return nil, manifest.ErrNoCheckpoint
+		return nil, remote.ErrNoCheckpoint
 	}
 	return steps, nil
 }

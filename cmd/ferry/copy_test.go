@@ -9,7 +9,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // ferry copy between two versitygw servers with different credentials:
@@ -71,7 +71,7 @@ func TestCLICopy(t *testing.T) {
 	writeFile(t, filepath.Join(src, "config.json"), randomBytes(300, 4))
 	ferry(t, srv, "push", "--to", from, "--step", "30", src).must(t, 0)
 	st := srv.Store(t, strings.TrimPrefix(strings.TrimSuffix(from, "/run"), "s3://"))
-	m, err := manifest.Get(t.Context(), st, "run", 30)
+	m, err := remote.Get(t.Context(), st, "run", 30)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestCLICopy(t *testing.T) {
 		!strings.Contains(r.stderr, "step 30 not copied") {
 		t.Errorf("copy of a damaged step:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
 	}
-	if _, err := manifest.Get(t.Context(), dst.Store(t, toBucket), "moved", 30); err == nil {
+	if _, err := remote.Get(t.Context(), dst.Store(t, toBucket), "moved", 30); err == nil {
 		t.Error("the damaged step was committed at the destination")
 	}
 
