@@ -7,11 +7,14 @@ import (
 )
 
 // plan is what one node restores, as it tells its peers: the step, the
-// range size, and the objects it fetches, in the order it fetches them.
+// range size, the objects it fetches, in the order it fetches them, and
+// those it already holds (files in place with their manifest size), which
+// it serves.
 type plan struct {
 	Step  int64    `json:"step"`
 	Chunk int64    `json:"chunk"`
 	Files []object `json:"files"`
+	Held  []object `json:"held,omitempty"`
 }
 
 // object is one object a node fetches.
@@ -26,9 +29,10 @@ func chunks(size, chunk int64) int64 {
 	return max((size+chunk-1)/chunk, 1)
 }
 
-// assignment says which node fetches each range of each object from the
-// bucket: of the nodes that need the object (as their plans say), the one
-// with the highest rendezvous hash of its address and the range. Every
+// assignment says which node serves each range of each object: of the
+// nodes that hold the object, else of those that need it (and fetch the
+// range from the bucket), the one with the highest rendezvous hash of its
+// address and the range. Every
 // node computes it from the same plans, so they agree without a
 // coordinator; when their views of who joined differ, a range is asked of
 // a node that does not hold it, which answers at once, and the asker
@@ -36,29 +40,47 @@ func chunks(size, chunk int64) int64 {
 type assignment struct {
 	self    string
 	chunk   int64
-	needers map[string][]string // object key -> addresses of the nodes that need it
+	needers map[string][]string // object key -> addresses of the nodes that fetch it
+	holders map[string][]string // object key -> addresses of the nodes that hold it
 }
 
 func newAssignment(self string, chunk int64, plans map[string]*plan) *assignment {
-	a := &assignment{self: self, chunk: chunk, needers: map[string][]string{}}
+	a := &assignment{self: self, chunk: chunk, needers: map[string][]string{}, holders: map[string][]string{}}
 	for addr, p := range plans {
 		for _, f := range p.Files {
 			a.needers[f.Key] = append(a.needers[f.Key], addr)
+		}
+		for _, f := range p.Held {
+			a.holders[f.Key] = append(a.holders[f.Key], addr)
 		}
 	}
 	return a
 }
 
-// owner returns the address of the node that fetches range i of key from
-// the bucket, "" when no node of the plans needs key.
+// owner returns the address of the node that serves range i of key, ""
+// when no node of the plans needs or holds key.
 func (a *assignment) owner(key string, i int64) string {
+	nodes := a.holders[key]
+	if len(nodes) == 0 {
+		nodes = a.needers[key]
+	}
 	best, bestH := "", uint64(0)
-	for _, n := range a.needers[key] {
+	for _, n := range nodes {
 		if h := rendezvous(n, key, i); best == "" || h > bestH || (h == bestH && n > best) {
 			best, bestH = n, h
 		}
 	}
 	return best
+}
+
+// holds reports whether the node at addr holds key.
+func (a *assignment) holds(addr, key string) bool {
+	for _, n := range a.holders[key] {
+		if n == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // needs reports whether the node at addr needs key.

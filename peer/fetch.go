@@ -140,7 +140,7 @@ func (n *Node) peersServed(a *assignment) []string {
 	defer n.mu.Unlock()
 	seen := map[string]bool{}
 	var out []string
-	for key := range n.ownedKeys {
+	for key := range n.servedKeys {
 		for _, addr := range a.needers[key] {
 			if addr != n.self && !seen[addr] {
 				seen[addr] = true
@@ -161,6 +161,11 @@ func (n *Node) Close() error {
 	if sp := n.currentSpool(); sp != nil {
 		_ = sp.close()
 	}
+	n.mu.Lock()
+	if n.root != nil {
+		n.root.Close()
+	}
+	n.mu.Unlock()
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/ctxtime"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/restore"
 )
 
 // Defaults for Config fields left zero.
@@ -76,8 +77,10 @@ type Node struct {
 	spool      *spool
 	assign     *assignment
 	sizes      map[string]int64
-	assigned   chan struct{}   // closed once the ranges are assigned
-	ownedKeys  map[string]bool // objects of which this node owns a range
+	assigned   chan struct{}     // closed once the ranges are assigned
+	servedKeys map[string]bool   // objects of which this node serves a range
+	held       map[string]string // object key -> path of a file this node holds, below root
+	root       *os.Root          // the restore's target directory, for held files
 	doneFrom   map[string]bool
 	doneSignal chan struct{} // closed and replaced at each done notice
 	dropped    map[string]string
@@ -159,40 +162,59 @@ func (n *Node) currentSpool() *spool {
 	return n.spool
 }
 
-// Join starts the cooperative restore of step: files are the objects this
-// node fetches, in the order it fetches them, in ranges of chunk bytes. It
-// publishes its plan, waits at most Wait for each peer's, assigns each
-// range to one node that needs it, starts fetching this node's ranges from
-// the bucket, and returns the store the restore reads from: its own
+// Join starts the cooperative restore that req describes: the objects
+// this node fetches, in the order it fetches them, in ranges of req.Chunk
+// bytes, and those it holds already. It publishes its plan, waits at most
+// Wait for each peer's, assigns each range to one node (one that holds
+// the object, else one that needs it), starts fetching this node's ranges
+// from the bucket, and returns the store the restore reads from: its own
 // ranges from the spool, the others from their owners, and the bucket for
 // anything a peer does not serve.
-func (n *Node) Join(ctx context.Context, step int64, files []manifest.File, chunk int64) (store.Store, error) {
-	p := &plan{Step: step, Chunk: chunk, Files: make([]object, len(files))}
-	sizes := make(map[string]int64, len(files))
-	for i, f := range files {
+func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, error) {
+	p := &plan{Step: req.Step, Chunk: req.Chunk, Files: make([]object, len(req.Fetch))}
+	sizes := make(map[string]int64, len(req.Fetch)+len(req.Held))
+	for i, f := range req.Fetch {
 		p.Files[i] = object{Key: f.Key, Size: f.Size}
 		sizes[f.Key] = f.Size
 	}
-	sp, err := newSpool(n.cfg.SpoolDir)
+	held := map[string]string{}
+	for _, h := range req.Held {
+		if _, dup := held[h.File.Key]; !dup {
+			p.Held = append(p.Held, object{Key: h.File.Key, Size: h.File.Size})
+			held[h.File.Key] = h.Path
+			sizes[h.File.Key] = h.File.Size
+		}
+	}
+	sp, err := newSpool(req.Dir)
 	if err != nil {
 		return nil, err
 	}
+	var root *os.Root
+	if len(held) > 0 {
+		if root, err = os.OpenRoot(req.Dir); err != nil {
+			sp.close()
+			return nil, fmt.Errorf("peer: open %s to serve the files it holds: %w", req.Dir, err)
+		}
+	}
 	n.mu.Lock()
-	n.plan, n.spool, n.sizes = p, sp, sizes
+	n.plan, n.spool, n.sizes, n.held, n.root = p, sp, sizes, held, root
 	n.mu.Unlock()
 	plans := n.gatherPlans(ctx, p)
-	a := newAssignment(n.self, chunk, plans)
+	a := newAssignment(n.self, req.Chunk, plans)
 	owned := n.expectOwned(a, p, sp)
 	n.mu.Lock()
 	n.assign = a
-	n.ownedKeys = map[string]bool{}
+	n.servedKeys = map[string]bool{}
 	for _, r := range owned {
-		n.ownedKeys[r.key] = true
+		n.servedKeys[r.key] = true
+	}
+	for key := range held {
+		n.servedKeys[key] = true
 	}
 	n.mu.Unlock()
 	close(n.assigned)
 	n.log.Info("restoring with peers", zap.Int("joined", len(plans)-1), zap.Int("peers", len(n.cfg.Peers)-1),
-		zap.Int("ranges_owned", len(owned)))
+		zap.Int("ranges_owned", len(owned)), zap.Int("files_held", len(held)))
 	n.wg.Go(func() { n.fetchOwned(owned) })
 	return &source{Store: n.cfg.Bucket, n: n}, nil
 }

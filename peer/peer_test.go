@@ -21,6 +21,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -98,6 +99,13 @@ type nodeRun struct {
 // in skip, all at once, each a node of the others.
 func restoreTogether(t *testing.T, st store.Store, addrs []string, skip map[int]bool, cfg Config) []*nodeRun {
 	t.Helper()
+	return restoreWith(t, st, addrs, skip, nil, cfg)
+}
+
+// restoreWith is restoreTogether with the target directories of some nodes
+// already holding the files of the folder dirs gives them.
+func restoreWith(t *testing.T, st store.Store, addrs []string, skip map[int]bool, dirs map[int]string, cfg Config) []*nodeRun {
+	t.Helper()
 	runs := make([]*nodeRun, len(addrs))
 	var wg sync.WaitGroup
 	for i := range addrs {
@@ -105,6 +113,9 @@ func restoreTogether(t *testing.T, st store.Store, addrs []string, skip map[int]
 			continue
 		}
 		r := &nodeRun{dir: t.TempDir(), bucket: &counted{Store: st}}
+		if src, ok := dirs[i]; ok {
+			copyTree(t, src, r.dir)
+		}
 		runs[i] = r
 		c := cfg
 		c.Bucket, c.Key, c.Listen, c.Peers, c.Self, c.SpoolDir = r.bucket, testKey, addrs[i], addrs, i, r.dir
@@ -125,6 +136,20 @@ func restoreTogether(t *testing.T, st store.Store, addrs []string, skip map[int]
 	}
 	wg.Wait()
 	return runs
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	ents, _ := os.ReadDir(from)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, e.Name()), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func sameTree(t *testing.T, want, got string) {
@@ -173,6 +198,55 @@ func TestEachByteFromTheBucketOnce(t *testing.T) {
 	}
 }
 
+// A node of a restarted job that still holds the step (a survivor) keeps
+// its files and serves them: the replaced nodes read nothing from the
+// bucket.
+func TestSurvivorServesWhatItHolds(t *testing.T) {
+	st, src := step(t, 3<<20+11, 2<<20, 500)
+	addrs := freeAddrs(t, 3)
+	runs := restoreWith(t, st, addrs, nil, map[int]string{0: src}, Config{})
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if got := r.bucket.bytes.Load(); got != 0 {
+			t.Fatalf("node %d read %d bytes from the bucket, want none: %+v", i, got, r.stats)
+		}
+	}
+	if runs[0].res.Kept != 3 || runs[0].stats.ServedBytes != 2*(5<<20+511) {
+		t.Fatalf("survivor: kept %d, served %d bytes", runs[0].res.Kept, runs[0].stats.ServedBytes)
+	}
+}
+
+// A survivor whose copy of a file is wrong (same size, other bytes) serves
+// it; the others' check catches it and they fetch that file from the
+// bucket, as the survivor does for itself.
+func TestSurvivorWithAWrongCopy(t *testing.T) {
+	st, src := step(t, 3<<20+11, 2<<20)
+	held := t.TempDir()
+	copyTree(t, src, held)
+	b, _ := os.ReadFile(filepath.Join(held, "rank1.pt"))
+	b[1000] ^= 1
+	if err := os.WriteFile(filepath.Join(held, "rank1.pt"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addrs := freeAddrs(t, 3)
+	runs := restoreWith(t, st, addrs, nil, map[int]string{0: held}, Config{})
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if i > 0 && !strings.Contains(r.stats.Dropped[addrs[0]], "BLAKE3") {
+			t.Fatalf("node %d did not drop the survivor that sent wrong bytes: %+v", i, r.stats)
+		}
+	}
+	if runs[0].res.Kept != 1 || runs[0].res.Downloaded != 1 {
+		t.Fatalf("survivor: kept %d, downloaded %d; want its wrong copy fetched again", runs[0].res.Kept, runs[0].res.Downloaded)
+	}
+}
+
 // A peer that is listed but never starts costs at most the wait: the
 // others restore without it, from the bucket.
 func TestAbsentPeer(t *testing.T) {
@@ -216,7 +290,7 @@ func fakePeer(t *testing.T, addr string, p *plan, serve func(w http.ResponseWrit
 // stepPlan is the plan of a node that restores all of step 1.
 func stepPlan(t *testing.T, st store.Store) *plan {
 	t.Helper()
-	m, err := manifest.Get(t.Context(), st, "run", 1)
+	m, err := remote.Get(t.Context(), st, "run", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +354,7 @@ func TestPeerAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	if _, err := n.Join(t.Context(), 1, []manifest.File{{Key: "run/data/x", Size: 10}}, 1<<20); err != nil {
+	if _, err := n.Join(t.Context(), restore.PeerRequest{Step: 1, Chunk: 1 << 20, Fetch: []manifest.File{{Key: "run/data/x", Size: 10}}, Dir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
 	get := func(key []byte, sign bool, path string) int {

@@ -55,9 +55,13 @@ func split(off, end, size, chunk int64) []segment {
 func (s *source) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
 	n := s.n
 	n.mu.Lock()
-	a, size, known, distrusted := n.assign, n.sizes[key], false, n.distrusted[key]
-	_, known = n.sizes[key]
+	a, size, distrusted := n.assign, n.sizes[key], n.distrusted[key]
+	_, known := n.sizes[key]
+	_, held := n.held[key]
 	n.mu.Unlock()
+	// A file this node holds is fetched only when its copy turned out
+	// wrong: from the bucket.
+	known = known && !held
 	end := size + 1
 	if length >= 0 {
 		end = min(off+length, size+1)

@@ -25,19 +25,20 @@ type Plan struct {
 	Symlinks int `json:"symlinks"`
 }
 
-// toFetch returns the planned files not already in place with the
-// manifest's size, in plan order: those the restore will download.
-func (p *plan) toFetch() []manifest.File {
-	var out []manifest.File
+// split returns the planned files not already in place with the
+// manifest's size, in plan order (those the restore will download), and
+// those that are.
+func (p *plan) split() (fetch []manifest.File, held []HeldFile) {
 	for _, j := range p.files {
 		if !j.absent {
 			if fi, err := os.Lstat(filepath.Join(p.root, j.rel)); err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size {
+				held = append(held, HeldFile{File: j.file, Path: j.rel})
 				continue
 			}
 		}
-		out = append(out, j.file)
+		fetch = append(fetch, j.file)
 	}
-	return out
+	return fetch, held
 }
 
 // summarize looks at what the target directory holds for each planned

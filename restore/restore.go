@@ -132,15 +132,14 @@ type Options struct {
 	// disables the guard.
 	LowSpeedLimit int64
 	LowSpeedTime  time.Duration
-	// Peers, when set, is called once the files to fetch are known (those
-	// not already in place with the manifest's size, in the order the
-	// restore fetches them, in ranges of ChunkSize) and returns the store
-	// their bytes are read from: a cooperative source (peer.Node.Join)
-	// that takes ranges from other nodes restoring the same step. Every
-	// file is verified against its BLAKE3 as always; after a mismatch the
-	// source is told (a Distrust(key string) method, if it has one) before
-	// the file is fetched again.
-	Peers func(ctx context.Context, step int64, files []manifest.File, chunk int64) (store.Store, error)
+	// Peers, when set, is called once the restore is planned, with the
+	// files it will fetch and those already in place (PeerRequest), and
+	// returns the store their bytes are read from: a cooperative source
+	// (peer.Node.Join) that takes ranges from other nodes restoring the
+	// same step. Every file is verified against its BLAKE3 as always;
+	// after a mismatch the source is told (a Distrust(key string) method,
+	// if it has one) before the file is fetched again.
+	Peers func(ctx context.Context, req PeerRequest) (store.Store, error)
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -148,6 +147,31 @@ type Options struct {
 	// checked once its last byte is in) and the total bytes of the selected files.
 	// Calls are serialized and done never decreases.
 	Progress func(done, total int64)
+}
+
+// PeerRequest is what a cooperative source is told before the download.
+type PeerRequest struct {
+	Step int64
+	// Chunk is the size of the restore's ranged GETs: every GET asks for
+	// one range (at offsets that are multiples of Chunk), or the rest of
+	// one after a retry, and for one byte past the end of an object.
+	Chunk int64
+	// Fetch are the files to download, in the order the restore fetches
+	// them.
+	Fetch []manifest.File
+	// Held are the files already in place with the manifest's size, which
+	// the restore re-verifies and keeps (or fetches, if their bytes
+	// differ).
+	Held []HeldFile
+	// Dir is the target directory, absolute.
+	Dir string
+}
+
+// HeldFile is a file of the manifest already in the target directory.
+type HeldFile struct {
+	File manifest.File
+	// Path is where it is, relative to the target directory.
+	Path string
 }
 
 // Result describes a finished restore.
@@ -309,7 +333,8 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 		return res, nil
 	}
 	if opts.Peers != nil {
-		st, err := opts.Peers(ctx, m.Step, p.toFetch(), r.opts.ChunkSize)
+		fetch, held := p.split()
+		st, err := opts.Peers(ctx, PeerRequest{Step: m.Step, Chunk: r.opts.ChunkSize, Fetch: fetch, Held: held, Dir: p.root})
 		if err != nil {
 			return res, err
 		}

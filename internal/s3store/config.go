@@ -9,6 +9,8 @@ package s3store
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -207,4 +209,26 @@ func newRetryer(attempts int) aws.Retryer {
 			retryableBrokenBody{},
 		)
 	})
+}
+
+// DeriveKey returns the HMAC-SHA256 of label under the secret access key
+// of the store's credentials: every holder of the same credentials derives
+// the same key, nobody else can, and the secret itself never leaves the
+// store (ferry's peers sign their requests with such a key). Temporary
+// credentials that differ from node to node derive different keys.
+func (s *Store) DeriveKey(ctx context.Context, label string) ([]byte, error) {
+	provider := s.client.Options().Credentials
+	if provider == nil {
+		return nil, errors.New("s3store: no credentials to derive a key from")
+	}
+	creds, err := provider.Retrieve(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: read the credentials to derive a key: %w", err)
+	}
+	if creds.SecretAccessKey == "" {
+		return nil, errors.New("s3store: the credentials have no secret to derive a key from")
+	}
+	h := hmac.New(sha256.New, []byte(creds.SecretAccessKey))
+	h.Write([]byte(label))
+	return h.Sum(nil), nil
 }
