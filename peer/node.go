@@ -52,8 +52,9 @@ type Config struct {
 	// Concurrency bounds this node's GETs to the bucket for the ranges it
 	// owns. Default DefaultConcurrency.
 	Concurrency int
-	// SpoolDir holds the spool of owned ranges (an unlinked file): the
-	// restore's target directory, where the bytes go anyway.
+	// SpoolDir holds the spool of owned ranges (an unlinked file); empty
+	// means the restore's target directory, where the bytes go anyway
+	// (it must exist when Join is called).
 	SpoolDir string
 	// Logger receives what happens between peers. Nil logs nothing.
 	Logger *zap.Logger
@@ -185,7 +186,11 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 			sizes[h.File.Key] = h.File.Size
 		}
 	}
-	sp, err := newSpool(req.Dir)
+	spoolDir := n.cfg.SpoolDir
+	if spoolDir == "" {
+		spoolDir = req.Dir
+	}
+	sp, err := newSpool(spoolDir)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
+	"github.com/ferrylabs/ferry/peer"
 	"github.com/ferrylabs/ferry/restore"
 )
 
@@ -39,6 +40,8 @@ type restoreOptions struct {
 	paths *restore.PathFilter
 	// dryRun plans the restore and fetches no data (--dry-run).
 	dryRun bool
+	// peers, when set, restores together with other nodes (--peers).
+	peers *peerOptions
 }
 
 func newRestoreCommand() *cli.Command {
@@ -65,7 +68,7 @@ func newRestoreCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out the files (and links) whose manifest path matches `PATTERN` (repeatable; syntax as --include), e.g. '*optim_states*'"},
 			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (0: every file; no environment default)"},
 			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1"},
-		}, commonFlags()...),
+		}, append(peerFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("restore takes no arguments (got %q); use --to DIR", c.Args().First())
@@ -81,8 +84,13 @@ func newRestoreCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			peers, err := readPeerOptions(c)
+			if err != nil {
+				return err
+			}
 			return runRestore(c.Context, restoreOptions{
 				paths:         paths,
+				peers:         peers,
 				dryRun:        c.Bool("dry-run"),
 				lowSpeedLimit: limit,
 				lowSpeedTime:  c.Duration("low-speed-time"),
@@ -137,6 +145,8 @@ type restoreSummary struct {
 	// DryRun, with --dry-run, is what the restore would do; nothing was
 	// fetched or written.
 	DryRun *dryRunSummary `json:"dry_run,omitempty"`
+	// Peers, with --peers, counts the bytes by where they came from.
+	Peers *peer.Stats `json:"peers,omitempty"`
 }
 
 // dryRunSummary is restore --dry-run's plan and what its requests cost.
@@ -189,6 +199,13 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	if sum.Selection != "" {
 		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
 	}
+	if p := sum.Peers; p != nil {
+		fmt.Fprintf(stdout, "with %d peers: %s from the bucket (%d ranges that a peer did not serve), %s from peers, %s served to them\n",
+			p.Joined, units.FormatBytes(p.BucketBytes), p.Fallbacks, units.FormatBytes(p.PeerBytes), units.FormatBytes(p.ServedBytes))
+		for addr, why := range p.Dropped {
+			fmt.Fprintf(stdout, "dropped peer %s: %s\n", addr, why)
+		}
+	}
 	return nil
 }
 
@@ -239,8 +256,23 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		ropts.Ranks = ranks.Filter()
 		sum.Selection = "ranks " + ranks.String() + " and shared files"
 	}
+	var node *peer.Node
+	if o.peers != nil && !o.dryRun {
+		if node, err = o.peers.start(ctx, st, loc, o.to, o.concurrency, log); err != nil {
+			return sum, err
+		}
+		defer node.Close()
+		ropts.Peers = node.Join
+	}
 	res, err := restore.Restore(ctx, ropts)
 	bar.close()
+	if node != nil {
+		if err == nil {
+			node.Finish(ctx)
+		}
+		stats := node.Stats()
+		sum.Peers = &stats
+	}
 	sum.Requests = counters.Snapshot()
 	switch {
 	case errors.Is(err, remote.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ferrylabs/ferry/internal/s3test"
+)
+
+// Three `ferry restore --peers` processes restore one step together: each
+// exits 0 with the step byte for byte, and the bucket served each byte
+// once between them (their --json counts), with the peers' key derived
+// from the shared credentials. Bad peer flags are one-line usage errors.
+func TestCLIRestoreWithPeers(t *testing.T) {
+	srv := s3test.Shared(t)
+	url := "s3://" + srv.NewBucket(t) + "/run"
+	src := t.TempDir()
+	sizes := []int{9<<20 + 7, 4 << 20, 1000}
+	var total int64
+	for i, n := range sizes {
+		writeFile(t, filepath.Join(src, fmt.Sprintf("rank%d.pt", i)), randomBytes(n, byte(i)))
+		total += int64(n)
+	}
+	ferry(t, srv, "push", "--to", url, "--step", "5", src).must(t, 0)
+
+	var addrs []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	type proc struct {
+		dir      string
+		out, err bytes.Buffer
+	}
+	procs := make([]*proc, 3)
+	var waits []func() error
+	for i := range procs {
+		p := &proc{dir: filepath.Join(t.TempDir(), "ckpt")}
+		procs[i] = p
+		cmd := ferryCmd(t, srv, "restore", "--from", url, "--to", p.dir, "--json",
+			"--peers", strings.Join(addrs, ","), "--peer-rank", fmt.Sprint(i), "--peer-listen", addrs[i])
+		cmd.Stdout, cmd.Stderr = &p.out, &p.err
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, cmd.Wait)
+	}
+	var bucket, fromPeers int64
+	for i, wait := range waits {
+		p := procs[i]
+		if err := wait(); err != nil {
+			t.Fatalf("restore %d: %v\nstdout: %s\nstderr: %s", i, err, p.out.String(), p.err.String())
+		}
+		var sum restoreSummary
+		decodeJSON(t, p.out.String(), &sum)
+		if sum.Peers == nil || sum.Peers.Joined != 2 || len(sum.Peers.Dropped) != 0 {
+			t.Fatalf("restore %d: peers %+v\nstderr: %s", i, sum.Peers, p.err.String())
+		}
+		bucket += sum.Peers.BucketBytes
+		fromPeers += sum.Peers.PeerBytes
+		for j := range sizes {
+			name := fmt.Sprintf("rank%d.pt", j)
+			want, _ := os.ReadFile(filepath.Join(src, name))
+			got, err := os.ReadFile(filepath.Join(p.dir, name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("restore %d: %s differs from what was pushed (%v)", i, name, err)
+			}
+		}
+	}
+	if bucket != total || fromPeers != 2*total {
+		t.Fatalf("the bucket served %d bytes and the peers %d; the step has %d", bucket, fromPeers, total)
+	}
+
+	for _, args := range [][]string{
+		{"--peer-rank", "1"},
+		{"--peers", "a,b", "--peer-listen", "nonsense"},
+		{"--peers", "a,b", "--peer-rank", "2"},
+		{"--peers", "a,b", "--peer-wait", "0s"},
+	} {
+		r := ferry(t, srv, append([]string{"restore", "--from", url, "--to", t.TempDir()}, args...)...).must(t, exitUsage)
+		if strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("restore %v: want a one-line error, got %q", args, r.stderr)
+		}
+	}
+}
