@@ -73,26 +73,6 @@ func (a *assignment) owner(key string, i int64) string {
 	return best
 }
 
-// holds reports whether the node at addr holds key.
-func (a *assignment) holds(addr, key string) bool {
-	for _, n := range a.holders[key] {
-		if n == addr {
-			return true
-		}
-	}
-	return false
-}
-
-// needs reports whether the node at addr needs key.
-func (a *assignment) needs(addr, key string) bool {
-	for _, n := range a.needers[key] {
-		if n == addr {
-			return true
-		}
-	}
-	return false
-}
-
 func rendezvous(node, key string, i int64) uint64 {
 	h := sha256.New()
 	h.Write([]byte(node))
