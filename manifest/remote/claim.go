@@ -42,25 +42,26 @@ type marker struct {
 	Time     time.Time `json:"time"`
 }
 
-// putMarker writes a small marker object, create-only if exclusive.
-func putMarker(ctx context.Context, st store.Store, key string, step int64, nodeRank int, exclusive bool) error {
+// markerData is a marker object's content.
+func markerData(step int64, nodeRank int) []byte {
 	data, _ := json.Marshal(marker{Step: step, NodeRank: nodeRank, Time: time.Now().UTC().Truncate(time.Millisecond)})
+	return data
+}
+
+// putMarker writes a marker object over whatever is at key: the done
+// marker (the claim is create-only: claimMerge).
+func putMarker(ctx context.Context, st store.Store, key string, step int64, nodeRank int) error {
+	data := markerData(step, nodeRank)
 	_, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
-		IfNoneMatch: exclusive, CRC32C: store.CRC32C(data), ContentType: "application/json"})
+		CRC32C: store.CRC32C(data), ContentType: "application/json"})
 	return err
 }
 
-// claimMerge tries to become the node that merges the set.
+// claimMerge tries to become the node that merges the set: it creates the
+// set's claim, and loses when one is already there, whoever wrote it.
 func claimMerge(ctx context.Context, st store.Store, prefix string, set manifest.PartSet, nodeRank int) (bool, error) {
-	err := putMarker(ctx, st, manifest.ClaimKey(prefix, set), set.Step, nodeRank, true)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, store.ErrPreconditionFailed):
-		return false, nil
-	default:
-		return false, fmt.Errorf("commit step %d: claim the merge of its parts: %w", set.Step, err)
-	}
+	return createOnly(ctx, st, manifest.ClaimKey(prefix, set), markerData(set.Step, nodeRank),
+		fmt.Sprintf("commit step %d: claim the merge of its parts", set.Step), nil)
 }
 
 // awaitPeer waits for the claimant's done marker. It first looks after

@@ -182,7 +182,7 @@ func mergeStep(ctx context.Context, st store.Store, prefix string, set manifest.
 	// The manifest is the merge of this set, written now or found
 	// identical: tell the waiting nodes. A marker that fails to land only
 	// makes them wait out the lease and find the manifest themselves.
-	_ = putMarker(ctx, st, manifest.DoneKey(prefix, set), step, nodeRank, false)
+	_ = putMarker(ctx, st, manifest.DoneKey(prefix, set), step, nodeRank)
 	return c, nil
 }
 

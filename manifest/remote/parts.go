@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,24 +52,22 @@ func PutPart(ctx context.Context, st store.Store, prefix string, p *manifest.Par
 		return nil, false, err
 	}
 	key := manifest.PartKey(prefix, p.Set(), p.NodeRank)
-	_, err = st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
-		IfNoneMatch: true,
-		CRC32C:      store.CRC32C(data),
-		ContentType: "application/json",
+	var prev *manifest.Part
+	created, err := createOnly(ctx, st, key, data, fmt.Sprintf("step %d: write part manifest %s", p.Step, key), func() (err error) {
+		if prev, err = GetPart(ctx, st, prefix, p.Set(), p.NodeRank); err != nil {
+			return fmt.Errorf("step %d: read the part manifest already there: %w", p.Step, err)
+		}
+		if !manifest.SameContent(prev.AsManifest(), p.AsManifest()) {
+			return fmt.Errorf("step %d node %d of %d: %w (the node's files differ from what it pushed before; see %s)",
+				p.Step, p.NodeRank, p.Nodes, ErrPartConflict, key)
+		}
+		return nil
 	})
-	if err == nil {
+	switch {
+	case err != nil:
+		return prev, false, err
+	case created:
 		return p, true, nil
-	}
-	if !errors.Is(err, store.ErrPreconditionFailed) {
-		return nil, false, fmt.Errorf("step %d: write part manifest %s: %w", p.Step, key, err)
-	}
-	prev, err := GetPart(ctx, st, prefix, p.Set(), p.NodeRank)
-	if err != nil {
-		return nil, false, fmt.Errorf("step %d: read the part manifest already there: %w", p.Step, err)
-	}
-	if !manifest.SameContent(prev.AsManifest(), p.AsManifest()) {
-		return prev, false, fmt.Errorf("step %d node %d of %d: %w (the node's files differ from what it pushed before; see %s)",
-			p.Step, p.NodeRank, p.Nodes, ErrPartConflict, key)
 	}
 	return prev, false, nil
 }

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,50 +26,49 @@ func Commit(ctx context.Context, st store.Store, prefix string, m *manifest.Mani
 	if err := manifest.Validate(m, prefix); err != nil {
 		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
 	}
-	written, err := putManifest(ctx, st, prefix, m, store.PutOptions{IfNoneMatch: true})
-	if err == nil {
-		return written, true, nil
-	}
-	if !errors.Is(err, store.ErrPreconditionFailed) {
+	data, full, err := prepareManifest(ctx, st, prefix, m)
+	if err != nil {
 		return nil, false, fmt.Errorf("commit step %d: %w", m.Step, err)
 	}
-	prev, err := Get(ctx, st, prefix, m.Step)
-	if err != nil {
-		return nil, false, fmt.Errorf("commit step %d: read the manifest already there: %w", m.Step, err)
-	}
-	if !manifest.SameContent(prev, m) {
-		return prev, false, fmt.Errorf("commit step %d: %w (compare with `ferry show --step %d`)", m.Step, ErrConflict, m.Step)
+	key := manifest.ManifestKey(prefix, m.Step)
+	var prev *manifest.Manifest
+	created, err := createOnly(ctx, st, key, data, "write manifest "+key, func() (err error) {
+		if prev, err = Get(ctx, st, prefix, m.Step); err != nil {
+			return fmt.Errorf("read the manifest already there: %w", err)
+		}
+		if !manifest.SameContent(prev, m) {
+			return fmt.Errorf("%w (compare with `ferry show --step %d`)", ErrConflict, m.Step)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return prev, false, fmt.Errorf("commit step %d: %w", m.Step, err)
+	case created:
+		return full, true, nil
 	}
 	return prev, false, nil
 }
 
-// putManifest writes m to its step's key under the condition cond holds
-// (create-only for a commit, If-Match for a revision), its files written
-// to shards first when one document cannot hold them. It returns the
-// committed form: the files, and the shards they were written to.
-func putManifest(ctx context.Context, st store.Store, prefix string, m *manifest.Manifest, cond store.PutOptions) (*manifest.Manifest, error) {
+// prepareManifest returns the document that commits m and the committed
+// form: m itself, or, when one document cannot hold its files, m with
+// the shards they were written to (written now, before the document).
+func prepareManifest(ctx context.Context, st store.Store, prefix string, m *manifest.Manifest) (data []byte, committed *manifest.Manifest, err error) {
 	doc := m
 	if manifest.NeedsShards(m) {
-		var err error
 		if doc, err = writeShards(ctx, st, prefix, m); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	data, err := manifest.Encode(doc)
-	if err != nil {
-		return nil, err
-	}
-	key := manifest.ManifestKey(prefix, m.Step)
-	cond.CRC32C, cond.ContentType = store.CRC32C(data), "application/json"
-	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), cond); err != nil {
-		return nil, fmt.Errorf("write manifest %s: %w", key, err)
+	if data, err = manifest.Encode(doc); err != nil {
+		return nil, nil, err
 	}
 	if doc == m {
-		return m, nil
+		return data, m, nil
 	}
 	full := *m
 	full.Format, full.Shards = doc.Format, doc.Shards
-	return &full, nil
+	return data, &full, nil
 }
 
 // Get reads and validates the committed manifest of a step, with the files

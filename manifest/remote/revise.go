@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,5 +67,14 @@ func replace(ctx context.Context, st store.Store, prefix, etag string, m *manife
 	if err := manifest.Validate(m, prefix); err != nil {
 		return nil, fmt.Errorf("refusing invalid manifest: %w", err)
 	}
-	return putManifest(ctx, st, prefix, m, store.PutOptions{IfMatch: etag})
+	data, full, err := prepareManifest(ctx, st, prefix, m)
+	if err != nil {
+		return nil, err
+	}
+	key := manifest.ManifestKey(prefix, m.Step)
+	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), store.PutOptions{
+		IfMatch: etag, CRC32C: store.CRC32C(data), ContentType: "application/json"}); err != nil {
+		return nil, fmt.Errorf("write manifest %s: %w", key, err)
+	}
+	return full, nil
 }

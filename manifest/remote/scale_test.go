@@ -49,7 +49,7 @@ func (r *commitRun) run(t *testing.T) *store.MemStore {
 		return nil
 	}}
 	if r.preClaim {
-		if err := putMarker(ctx, mem, manifest.ClaimKey("run", set), 100, r.n-1, true); err != nil {
+		if _, err := claimMerge(ctx, mem, "run", set, r.n-1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +168,7 @@ func TestCommitWaitsForDoneMarker(t *testing.T) {
 	if _, err := CommitNodePart(ctx, mem, "run", nodePart(0, 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := putMarker(ctx, mem, manifest.ClaimKey("run", set), 100, 0, true); err != nil {
+	if _, err := claimMerge(ctx, mem, "run", set, 0); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -185,7 +185,7 @@ func TestCommitWaitsForDoneMarker(t *testing.T) {
 	if _, _, err := Commit(ctx, mem, "run", merged); err != nil {
 		t.Fatal(err)
 	}
-	if err := putMarker(ctx, mem, manifest.DoneKey("run", set), 100, 0, false); err != nil {
+	if err := putMarker(ctx, mem, manifest.DoneKey("run", set), 100, 0); err != nil {
 		t.Fatal(err)
 	}
 	c, err := completeStep(ctx, mem, "run", set, 1, false)
@@ -205,7 +205,7 @@ func TestCommitIgnoresStaleDoneMarker(t *testing.T) {
 	mem := store.NewMemStore()
 	set := manifest.PartSet{Step: 100, Nodes: 2}
 	for _, key := range []string{manifest.ClaimKey("run", set), manifest.DoneKey("run", set)} {
-		if err := putMarker(ctx, mem, key, 100, 0, false); err != nil {
+		if err := putMarker(ctx, mem, key, 100, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
