@@ -107,30 +107,56 @@ func (n *Node) Finish(ctx context.Context) {
 		})
 	}
 	_ = g.Wait()
-	waiting := n.peersServed(a)
-	deadline := time.NewTimer(n.cfg.Linger)
-	defer deadline.Stop()
+	served := map[string]bool{}
+	for _, p := range n.peersServed(a) {
+		served[p] = true
+	}
+	lingerEnd := time.Now().Add(n.cfg.Linger)
 	for {
-		n.mu.Lock()
-		left, signal := 0, n.doneSignal
-		for _, p := range waiting {
-			if !n.doneFrom[p] && n.dropped[p] == "" {
-				left++
-			}
-		}
-		n.mu.Unlock()
-		if left == 0 {
+		must, maybe, signal, showUpEnd := n.unfinished(served)
+		now := time.Now()
+		if must == 0 && (maybe == 0 || !now.Before(showUpEnd)) {
 			return
 		}
+		if !now.Before(lingerEnd) {
+			n.log.Warn("stopped serving peers that are not done", zap.Int("peers", must), zap.Duration("linger", n.cfg.Linger))
+			return
+		}
+		next := lingerEnd
+		if must == 0 {
+			next = showUpEnd
+		}
+		t := time.NewTimer(next.Sub(now))
 		select {
 		case <-signal:
-		case <-deadline.C:
-			n.log.Warn("stopped serving peers that are not done", zap.Int("peers", left), zap.Duration("linger", n.cfg.Linger))
-			return
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return
 		}
+		t.Stop()
 	}
+}
+
+// unfinished counts the peers Finish still waits for: must, those that
+// need this node's ranges or have read its plan, until they are done or
+// dropped (at most Linger); maybe, those not heard from yet, which may
+// still join until showUpEnd (Wait after this node joined). signal closes
+// at the next done notice or plan read.
+func (n *Node) unfinished(served map[string]bool) (must, maybe int, signal chan struct{}, showUpEnd time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, p := range n.cfg.Peers {
+		if i == n.cfg.Self || n.doneFrom[p] || n.dropped[p] != "" {
+			continue
+		}
+		if served[p] || n.planRead[p] {
+			must++
+		} else {
+			maybe++
+		}
+	}
+	return must, maybe, n.changed, n.joinedAt.Add(n.cfg.Wait)
 }
 
 // peersServed returns the peers that need an object of which this node
@@ -177,9 +203,11 @@ func (n *Node) Stats() Stats {
 		ServedBytes: n.stats.served.Load(), Fallbacks: n.stats.fallbacks.Load()}
 	if n.assign != nil {
 		joined := map[string]bool{}
-		for _, ns := range n.assign.needers {
-			for _, a := range ns {
-				joined[a] = a != n.self
+		for _, m := range []map[string][]string{n.assign.needers, n.assign.holders} {
+			for _, ns := range m {
+				for _, a := range ns {
+					joined[a] = a != n.self
+				}
 			}
 		}
 		for _, j := range joined {

@@ -83,7 +83,9 @@ type Node struct {
 	held       map[string]string // object key -> path of a file this node holds, below root
 	root       *os.Root          // the restore's target directory, for held files
 	doneFrom   map[string]bool
-	doneSignal chan struct{} // closed and replaced at each done notice
+	planRead   map[string]bool // peers that have read this node's plan
+	changed    chan struct{}   // closed and replaced at each done notice or plan read
+	joinedAt   time.Time
 	dropped    map[string]string
 	servedBy   map[string]map[string]bool // object key -> peers that sent bytes of it
 	distrusted map[string]bool
@@ -141,7 +143,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
-		doneFrom: map[string]bool{}, doneSignal: make(chan struct{}), assigned: make(chan struct{}), dropped: map[string]string{},
+		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), assigned: make(chan struct{}), dropped: map[string]string{},
 		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}}
 	n.client = &http.Client{Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -203,6 +205,7 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 	}
 	n.mu.Lock()
 	n.plan, n.spool, n.sizes, n.held, n.root = p, sp, sizes, held, root
+	n.joinedAt = time.Now()
 	n.mu.Unlock()
 	plans := n.gatherPlans(ctx, p)
 	a := newAssignment(n.self, req.Chunk, plans)
@@ -259,7 +262,7 @@ func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
 func (n *Node) peerPlan(ctx context.Context, addr string) (*plan, error) {
 	var last error
 	for {
-		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", nil)
+		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", url.Values{"from": {n.self}})
 		if err == nil {
 			if resp.StatusCode == http.StatusOK {
 				var p plan

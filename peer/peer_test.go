@@ -220,8 +220,8 @@ func TestSurvivorServesWhatItHolds(t *testing.T) {
 }
 
 // A survivor whose copy of a file is wrong (same size, other bytes) serves
-// it; the others' check catches it and they fetch that file from the
-// bucket, as the survivor does for itself.
+// it until it has fetched the file again itself; whoever got the wrong
+// bytes catches them and fetches that file from the bucket.
 func TestSurvivorWithAWrongCopy(t *testing.T) {
 	st, src := step(t, 3<<20+11, 2<<20)
 	held := t.TempDir()
@@ -237,10 +237,11 @@ func TestSurvivorWithAWrongCopy(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("node %d: %v", i, r.err)
 		}
+		// Whether a node got the wrong copy depends on timing: the
+		// survivor replaces it once its own check fails (TestBadPeers has
+		// a holder that never does). What never depends on it: every
+		// node ends with the right bytes.
 		sameTree(t, src, r.dir)
-		if i > 0 && !strings.Contains(r.stats.Dropped[addrs[0]], "BLAKE3") {
-			t.Fatalf("node %d did not drop the survivor that sent wrong bytes: %+v", i, r.stats)
-		}
 	}
 	if runs[0].res.Kept != 1 || runs[0].res.Downloaded != 1 {
 		t.Fatalf("survivor: kept %d, downloaded %d; want its wrong copy fetched again", runs[0].res.Kept, runs[0].res.Downloaded)
@@ -287,6 +288,15 @@ func fakePeer(t *testing.T, addr string, p *plan, serve func(w http.ResponseWrit
 	t.Cleanup(func() { srv.Close() })
 }
 
+// wrongBytes answers a range with as many bytes as asked, all wrong.
+func wrongBytes(w http.ResponseWriter, r *http.Request) {
+	n := r.URL.Query().Get("n")
+	w.Header().Set("Content-Length", n)
+	var k int
+	fmt.Sscan(n, &k)
+	_, _ = w.Write(bytes.Repeat([]byte{0x5a}, k))
+}
+
 // stepPlan is the plan of a node that restores all of step 1.
 func stepPlan(t *testing.T, st store.Store) *plan {
 	t.Helper()
@@ -303,20 +313,15 @@ func stepPlan(t *testing.T, st store.Store) *plan {
 
 // A peer that serves wrong bytes is caught by the manifest's BLAKE3 and
 // dropped; the files it touched come from the bucket; nothing wrong is
-// placed. A peer that stalls is dropped after the wait.
+// placed. A peer that stalls is dropped after the wait, one that refuses
+// at once.
 func TestBadPeers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		serve func(w http.ResponseWriter, r *http.Request)
 		why   string
 	}{
-		{"wrong bytes", func(w http.ResponseWriter, r *http.Request) {
-			n := r.URL.Query().Get("n")
-			w.Header().Set("Content-Length", n)
-			var k int
-			fmt.Sscan(n, &k)
-			_, _ = w.Write(bytes.Repeat([]byte{0x5a}, k))
-		}, "failed the manifest's BLAKE3"},
+		{"wrong bytes", wrongBytes, "failed the manifest's BLAKE3"},
 		{"stalls", func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
@@ -330,7 +335,11 @@ func TestBadPeers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st, src := step(t, 4<<20, 2<<20+5, 1000, 77)
 			addrs := freeAddrs(t, 3)
-			fakePeer(t, addrs[2], stepPlan(t, st), tc.serve)
+			// The bad peer says it holds every file: every range is
+			// asked of it.
+			p := stepPlan(t, st)
+			p.Held, p.Files = p.Files, nil
+			fakePeer(t, addrs[2], p, tc.serve)
 			runs := restoreTogether(t, st, addrs, map[int]bool{2: true}, Config{Wait: 500 * time.Millisecond, Linger: 500 * time.Millisecond})
 			for i, r := range runs[:2] {
 				if r.err != nil {

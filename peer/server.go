@@ -28,10 +28,16 @@ func (n *Node) handler() http.Handler {
 	})
 }
 
-// servePlan answers with this node's plan, 503 until it has one.
-func (n *Node) servePlan(w http.ResponseWriter, _ *http.Request) {
+// servePlan answers with this node's plan, 503 until it has one, and
+// notes who read it: a peer that knows this node's plan may ask it for
+// ranges, so Finish waits for it.
+func (n *Node) servePlan(w http.ResponseWriter, r *http.Request) {
 	n.mu.Lock()
 	p := n.plan
+	if from := r.URL.Query().Get("from"); p != nil && from != "" && !n.planRead[from] {
+		n.planRead[from] = true
+		n.signalLocked()
+	}
 	n.mu.Unlock()
 	if p == nil {
 		http.Error(w, "not restoring yet", http.StatusServiceUnavailable)
@@ -87,8 +93,7 @@ func (n *Node) serveDone(w http.ResponseWriter, r *http.Request) {
 	n.mu.Lock()
 	if !n.doneFrom[from] {
 		n.doneFrom[from] = true
-		close(n.doneSignal)
-		n.doneSignal = make(chan struct{})
+		n.signalLocked()
 	}
 	n.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
@@ -123,4 +128,10 @@ func (n *Node) serveHeld(w http.ResponseWriter, key string, i, skip, want int64)
 	sent, _ := io.Copy(w, io.NewSectionReader(f, off, have))
 	n.stats.served.Add(sent)
 	return true
+}
+
+// signalLocked wakes Finish; n.mu is held.
+func (n *Node) signalLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
 }
