@@ -261,8 +261,10 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		if node, err = o.peers.start(ctx, st, loc, o.to, o.concurrency, log); err != nil {
 			return sum, err
 		}
-		defer node.Close()
-		ropts.Peers = node.Join
+		if node != nil {
+			defer node.Close()
+			ropts.Peers = node.Join
+		}
 	}
 	res, err := restore.Restore(ctx, ropts)
 	bar.close()

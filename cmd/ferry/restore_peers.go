@@ -58,13 +58,18 @@ func (o *peerOptions) start(ctx context.Context, st *s3store.Store, loc manifest
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
+	if o.rank >= len(peers) {
+		return nil, usagef("--peer-rank %d: --peers lists %d nodes", o.rank, len(peers))
+	}
+	if len(peers) == 1 {
+		log.Info("--peers lists this node alone: restoring from the bucket")
+		return nil, nil
+	}
 	self := o.rank
 	if self < 0 {
 		if self, err = peer.SelfIndex(ctx, peers); err != nil {
 			return nil, usagef("--peers: %v", err)
 		}
-	} else if self >= len(peers) {
-		return nil, usagef("--peer-rank %d: --peers lists %d nodes", self, len(peers))
 	}
 	key := peer.KeyFromToken(o.token)
 	if o.token == "" {
