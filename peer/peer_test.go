@@ -322,6 +322,18 @@ func TestBadPeers(t *testing.T) {
 		why   string
 	}{
 		{"wrong bytes", wrongBytes, "failed the manifest's BLAKE3"},
+		{"dies mid-range", func(w http.ResponseWriter, r *http.Request) {
+			n := r.URL.Query().Get("n")
+			var k int
+			fmt.Sscan(n, &k)
+			w.Header().Set("Content-Length", n)
+			_, _ = w.Write(make([]byte, k/2))
+			w.(http.Flusher).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // the process is gone
+			}
+		}, "mid-range"},
 		{"stalls", func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
@@ -351,6 +363,52 @@ func TestBadPeers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A file in place whose path is a link is not held, so not served, even
+// when the link's target has the manifest's size: a node serves only
+// regular files below its target directory.
+func TestLinkIsNotServed(t *testing.T) {
+	st, src := step(t, 3000)
+	addrs := freeAddrs(t, 2)
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, bytes.Repeat([]byte("s"), 3000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	holder := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(holder, "rank0.pt")); err != nil {
+		t.Fatal(err)
+	}
+	// Node 0's directory holds the link before it restores.
+	r0 := &nodeRun{dir: holder, bucket: &counted{Store: st}}
+	r1 := &nodeRun{dir: t.TempDir(), bucket: &counted{Store: st}}
+	var wg sync.WaitGroup
+	for i, r := range []*nodeRun{r0, r1} {
+		n, err := Start(Config{Bucket: r.bucket, Key: testKey, Listen: addrs[i], Peers: addrs, Self: i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			defer n.Close()
+			r.res, r.err = restore.Restore(t.Context(), restore.Options{Store: r.bucket, Prefix: "run", Dir: r.dir, Step: 1,
+				ChunkSize: 1 << 20, Peers: n.Join})
+			n.Finish(t.Context())
+			r.stats = n.Stats()
+		})
+	}
+	wg.Wait()
+	for i, r := range []*nodeRun{r0, r1} {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if r.stats.Fallbacks != 0 || len(r.stats.Dropped) != 0 {
+			t.Fatalf("node %d: %+v: the link was offered as held", i, r.stats)
+		}
+	}
+	if b, _ := os.ReadFile(outside); !bytes.Equal(b, bytes.Repeat([]byte("s"), 3000)) {
+		t.Fatal("the link's target outside the directory was written")
 	}
 }
 
