@@ -170,6 +170,11 @@ func ParseMarkerKey(prefix, key string) (PartSet, bool) {
 	return PartSet{}, false
 }
 
+// PeersPrefix is the key prefix under which nodes restoring together
+// announce their addresses (restore --peers bucket), one folder per group
+// of nodes.
+func PeersPrefix(prefix string) string { return join(prefix, "peers/") }
+
 // PrunedPrefix is the key prefix under which prune keeps the manifests it
 // removed (tombstones) for the grace period: objects they reference are not
 // deleted before the tombstone is that old, so a push that read a manifest

@@ -258,9 +258,11 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	}
 	var node *peer.Node
 	if o.peers != nil && !o.dryRun {
-		if node, err = o.peers.start(ctx, st, loc, o.to, o.concurrency, log); err != nil {
+		var cleanup func()
+		if node, cleanup, err = o.peers.start(ctx, st, loc, o.to, o.concurrency, log); err != nil {
 			return sum, err
 		}
+		defer cleanup()
 		if node != nil {
 			defer node.Close()
 			ropts.Peers = node.Join

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/store"
 )
 
 // Three `ferry restore --peers` processes restore one step together: each
@@ -37,47 +38,64 @@ func TestCLIRestoreWithPeers(t *testing.T) {
 		addrs = append(addrs, ln.Addr().String())
 		ln.Close()
 	}
-	type proc struct {
-		dir      string
-		out, err bytes.Buffer
-	}
-	procs := make([]*proc, 3)
-	var waits []func() error
-	for i := range procs {
-		p := &proc{dir: filepath.Join(t.TempDir(), "ckpt")}
-		procs[i] = p
-		cmd := ferryCmd(t, srv, "restore", "--from", url, "--to", p.dir, "--json",
-			"--peers", strings.Join(addrs, ","), "--peer-rank", fmt.Sprint(i), "--peer-listen", addrs[i])
-		cmd.Stdout, cmd.Stderr = &p.out, &p.err
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+	// Once with the list given, once with the nodes finding each other
+	// through the bucket.
+	restoreTogether := func(args func(i int) []string) {
+		t.Helper()
+		type proc struct {
+			dir      string
+			out, err bytes.Buffer
 		}
-		waits = append(waits, cmd.Wait)
-	}
-	var bucket, fromPeers int64
-	for i, wait := range waits {
-		p := procs[i]
-		if err := wait(); err != nil {
-			t.Fatalf("restore %d: %v\nstdout: %s\nstderr: %s", i, err, p.out.String(), p.err.String())
+		procs := make([]*proc, 3)
+		var waits []func() error
+		for i := range procs {
+			p := &proc{dir: filepath.Join(t.TempDir(), "ckpt")}
+			procs[i] = p
+			cmd := ferryCmd(t, srv, append([]string{"restore", "--from", url, "--to", p.dir, "--json"}, args(i)...)...)
+			cmd.Stdout, cmd.Stderr = &p.out, &p.err
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waits = append(waits, cmd.Wait)
 		}
-		var sum restoreSummary
-		decodeJSON(t, p.out.String(), &sum)
-		if sum.Peers == nil || sum.Peers.Joined != 2 || len(sum.Peers.Dropped) != 0 {
-			t.Fatalf("restore %d: peers %+v\nstderr: %s", i, sum.Peers, p.err.String())
-		}
-		bucket += sum.Peers.BucketBytes
-		fromPeers += sum.Peers.PeerBytes
-		for j := range sizes {
-			name := fmt.Sprintf("rank%d.pt", j)
-			want, _ := os.ReadFile(filepath.Join(src, name))
-			got, err := os.ReadFile(filepath.Join(p.dir, name))
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("restore %d: %s differs from what was pushed (%v)", i, name, err)
+		var bucket, fromPeers int64
+		for i, wait := range waits {
+			p := procs[i]
+			if err := wait(); err != nil {
+				t.Fatalf("restore %d: %v\nstdout: %s\nstderr: %s", i, err, p.out.String(), p.err.String())
+			}
+			var sum restoreSummary
+			decodeJSON(t, p.out.String(), &sum)
+			if sum.Peers == nil || sum.Peers.Joined != 2 || len(sum.Peers.Dropped) != 0 {
+				t.Fatalf("restore %d: peers %+v\nstderr: %s", i, sum.Peers, p.err.String())
+			}
+			bucket += sum.Peers.BucketBytes
+			fromPeers += sum.Peers.PeerBytes
+			for j := range sizes {
+				name := fmt.Sprintf("rank%d.pt", j)
+				want, _ := os.ReadFile(filepath.Join(src, name))
+				got, err := os.ReadFile(filepath.Join(p.dir, name))
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("restore %d: %s differs from what was pushed (%v)", i, name, err)
+				}
 			}
 		}
+		if bucket != total || fromPeers != 2*total {
+			t.Fatalf("the bucket served %d bytes and the peers %d; the step has %d", bucket, fromPeers, total)
+		}
 	}
-	if bucket != total || fromPeers != 2*total {
-		t.Fatalf("the bucket served %d bytes and the peers %d; the step has %d", bucket, fromPeers, total)
+	restoreTogether(func(i int) []string {
+		return []string{"--peers", strings.Join(addrs, ","), "--peer-rank", fmt.Sprint(i), "--peer-listen", addrs[i]}
+	})
+	restoreTogether(func(i int) []string {
+		return []string{"--peers", "bucket:3", "--peer-group", "job-42", "--peer-listen", addrs[i]}
+	})
+	st := srv.Store(t, strings.TrimSuffix(strings.TrimPrefix(url, "s3://"), "/run"))
+	err := st.List(t.Context(), "run/peers/", "", 0, func(o store.ObjectInfo) error {
+		return fmt.Errorf("announcement %s left in the bucket", o.Key)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	for _, args := range [][]string{
@@ -85,6 +103,9 @@ func TestCLIRestoreWithPeers(t *testing.T) {
 		{"--peers", "a,b", "--peer-listen", "nonsense"},
 		{"--peers", "a,b", "--peer-rank", "2"},
 		{"--peers", "a,b", "--peer-wait", "0s"},
+		{"--peers", "bucket:3"},
+		{"--peers", "bucket:x", "--peer-group", "g"},
+		{"--peers", "bucket:2", "--peer-group", "../etc"},
 	} {
 		r := ferry(t, srv, append([]string{"restore", "--from", url, "--to", t.TempDir()}, args...)...).must(t, exitUsage)
 		if strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
