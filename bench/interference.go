@@ -252,7 +252,7 @@ func (b *bench) interferenceServer(dir string, cpu int) (*server, error) {
 		}
 		log.Printf("interference: no network namespace (%v); the server runs on loopback", err)
 	}
-	srv, err := startServer(b.cfg.versitygw, dir, b.cfg.tls)
+	srv, err := startServer(b.cfg.versitygw, dir, b.cfg.tls, "")
 	if err != nil {
 		return nil, err
 	}

@@ -49,6 +49,8 @@ type config struct {
 	// wan, when set, puts toxiproxy between every tool and the server.
 	wan       *wanlink.Link
 	toxiproxy string
+	// peerNodes are the node counts of the peers phase.
+	peerNodes []int
 
 	ferry, trainsim, versitygw, s5cmd, aws, b3sum string
 }
@@ -64,7 +66,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per tool and phase")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up rounds per tool and phase (not counted)")
 	fs.StringVar(&tools, "tools", "ferry,aws,s5cmd", "tools to compare")
-	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent,durable,interference", "what to measure")
+	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent,durable,interference", "what to measure (also: peers)")
 	fs.StringVar(&rss, "rss-sizes", "1GiB,16GiB", "single-file sizes for the push peak-RSS check")
 	fs.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle agent")
 	fs.BoolVar(&c.perfProfile, "perf", false, "also record one profiled ferry push and restore with perf (client and server)")
@@ -82,6 +84,8 @@ func parseFlags(args []string) (config, error) {
 	var wan string
 	fs.StringVar(&wan, "wan", "", "reach the server through toxiproxy: RTT,RATE per connection each way, e.g. 80ms,50MB (the internet to R2)")
 	fs.StringVar(&c.toxiproxy, "toxiproxy", "tools/bin/toxiproxy/server", "toxiproxy server binary (Shopify/toxiproxy cmd/server), for -wan")
+	var peerNodes string
+	fs.StringVar(&peerNodes, "peer-nodes", "4,8", "node counts of the peers phase (-phases peers: N ferry restores at once, alone and with --peers)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -116,6 +120,17 @@ func parseFlags(args []string) (config, error) {
 		c.rssSizes = append(c.rssSizes, n)
 	}
 	c.tools, c.phases = splitList(tools), splitList(phases)
+	for _, s := range splitList(peerNodes) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2 {
+			return c, fmt.Errorf("-peer-nodes %q: want node counts of at least 2", s)
+		}
+		c.peerNodes = append(c.peerNodes, n)
+	}
+	c.peerNodes = sortedInts(c.peerNodes)
+	if c.has("peers") && len(c.peerNodes) == 0 {
+		return c, fmt.Errorf("-phases peers needs -peer-nodes")
+	}
 	if c.files < 1 || c.rounds < 1 || c.warmup < 0 {
 		return c, fmt.Errorf("-files and -rounds must be at least 1, -warmup at least 0")
 	}

@@ -73,6 +73,7 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 	}
+	r.peersMarkdown(p)
 	if len(r.Targets) > 0 {
 		p("## Targets\n\n| target | this run | limit | met |\n|---|---:|---:|---|\n")
 		for _, t := range r.Targets {

@@ -42,6 +42,7 @@ type report struct {
 	Agent        string               `json:"agent,omitempty"`
 	AgentResult  *agentResult         `json:"agent_result,omitempty"`
 	Durable      *durableResult       `json:"durable,omitempty"`
+	Peers        *peersResult         `json:"peers,omitempty"`
 	// InterferenceNet says how the interference phase's server was
 	// isolated from the node's cores.
 	InterferenceNet string            `json:"interference_network,omitempty"`

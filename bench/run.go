@@ -56,7 +56,12 @@ func run(ctx context.Context, cfg config) (err error) {
 	if free, err := freeBytes(work); err == nil && free < need {
 		return fmt.Errorf("%s has %.1f GiB free; the comparison needs about %.1f GiB", work, gib(free), gib(need))
 	}
-	b.srv, err = startServer(cfg.versitygw, filepath.Join(work, "s3"), cfg.tls)
+	accessLog := ""
+	if cfg.has("peers") {
+		// The peers phase counts the server's GETs in its access log.
+		accessLog = filepath.Join(work, "s3-access.log")
+	}
+	b.srv, err = startServer(cfg.versitygw, filepath.Join(work, "s3"), cfg.tls, accessLog)
 	if err != nil {
 		return err
 	}
@@ -119,8 +124,20 @@ func run(ctx context.Context, cfg config) (err error) {
 			b.rep.note("interference: %v", err)
 		}
 	}
+	// A failed peers phase (a node's restore, or its files) fails the run
+	// once the report of the rest is written.
+	var peersErr error
+	if cfg.has("peers") {
+		if peersErr = b.peersPhase(ctx); peersErr != nil {
+			peersErr = fmt.Errorf("peers: %w", peersErr)
+			b.rep.note("%v", peersErr)
+		}
+	}
 	b.rep.finish()
-	return b.rep.write(cfg.outDir)
+	if err := b.rep.write(cfg.outDir); err != nil {
+		return err
+	}
+	return peersErr
 }
 
 // datasets lists the data sets the upload and restore phases move (none

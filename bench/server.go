@@ -43,21 +43,34 @@ type server struct {
 	// proxyPid, when set, is the toxiproxy in front of the server (-wan),
 	// whose CPU is counted apart: on these cores it competes with both.
 	proxyPid int
+	// accessLog, when set, is the file versitygw logs every request to
+	// (--access-log), one line each: the peers phase counts its GETs there.
+	accessLog string
 }
 
-func startServer(bin, dir string, useTLS bool) (*server, error) {
+// startServer starts versitygw on a free loopback port; with accessLog
+// set it logs every request there.
+func startServer(bin, dir string, useTLS bool, accessLog string) (*server, error) {
 	addr, err := wanlink.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	return startServerAt(bin, dir, useTLS, addr, nil)
+	var extra []string
+	if accessLog != "" {
+		extra = []string{"--access-log", accessLog}
+	}
+	s, err := startServerAt(bin, dir, useTLS, addr, nil, extra...)
+	if err == nil {
+		s.accessLog = accessLog
+	}
+	return s, err
 }
 
 // startServerAt starts versitygw listening on addr, its command line
 // prefixed by wrap (for example to run it in a network namespace, pinned
 // to a core; each wrapper must exec the next, so that the pid is the
-// server's).
-func startServerAt(bin, dir string, useTLS bool, addr string, wrap []string) (*server, error) {
+// server's), with extra flags of versitygw's before its backend.
+func startServerAt(bin, dir string, useTLS bool, addr string, wrap []string, extra ...string) (*server, error) {
 	s := &server{dir: dir, done: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(dir, bucket), 0o755); err != nil {
 		return nil, err
@@ -76,6 +89,7 @@ func startServerAt(bin, dir string, useTLS bool, addr string, wrap []string) (*s
 		s.endpoint, s.caFile = "https://"+addr, files.CA
 		args = append(args, "--cert", files.Cert, "--key", files.Key)
 	}
+	args = append(args, extra...)
 	argv := append(append(append([]string(nil), wrap...), bin), append(args, "posix", dir)...)
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
