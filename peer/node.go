@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,8 +37,10 @@ type Config struct {
 	// store's credentials over KeyLabel); every request between peers is
 	// signed with it.
 	Key []byte
-	// Listen is the address this node serves its peers on, e.g. ":7077".
-	Listen string
+	// Listen is the address this node serves its peers on, e.g. ":7077";
+	// Listener, when set, is used instead (and closed by Close).
+	Listen   string
+	Listener net.Listener
 	// Peers are every node's address as the others reach it (host:port),
 	// the same list in the same order on every node; Self is this node's
 	// index in it.
@@ -56,6 +59,9 @@ type Config struct {
 	// means the restore's target directory, where the bytes go anyway
 	// (it must exist when Join is called).
 	SpoolDir string
+	// TLS serves and asks over TLS, with certificates the nodes make and
+	// prove with the key (tls.go). Every node of the job must agree.
+	TLS bool
 	// Logger receives what happens between peers. Nil logs nothing.
 	Logger *zap.Logger
 }
@@ -83,8 +89,10 @@ type Node struct {
 	held       map[string]string // object key -> path of a file this node holds, below root
 	root       *os.Root          // the restore's target directory, for held files
 	doneFrom   map[string]bool
-	planRead   map[string]bool // peers that have read this node's plan
-	changed    chan struct{}   // closed and replaced at each done notice or plan read
+	planRead   map[string]bool   // peers that have read this node's plan
+	pinned     map[string]string // peer address -> the certificate fingerprint it proved (TLS)
+	certFP     string            // this node's certificate fingerprint (TLS)
+	changed    chan struct{}     // closed and replaced at each done notice or plan read
 	joinedAt   time.Time
 	dropped    map[string]string
 	servedBy   map[string]map[string]bool // object key -> peers that sent bytes of it
@@ -137,21 +145,37 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("peer: listen on %s: %w", cfg.Listen, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("peer: listen on %s: %w", cfg.Listen, err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
-		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), assigned: make(chan struct{}), dropped: map[string]string{},
+		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, assigned: make(chan struct{}), dropped: map[string]string{},
 		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}}
-	n.client = &http.Client{Transport: &http.Transport{
+	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost:   64,
 		ResponseHeaderTimeout: cfg.Wait + 2*time.Second,
 		IdleConnTimeout:       90 * time.Second,
-	}}
+	}
 	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	if cfg.TLS {
+		cert, fp, err := selfCert()
+		if err != nil {
+			ln.Close()
+			cancel()
+			return nil, fmt.Errorf("peer: make a certificate: %w", err)
+		}
+		n.certFP = fp
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+		n.ln = ln
+		tr.DialTLSContext = n.dialTLS
+	}
+	n.client = &http.Client{Transport: tr}
 	n.wg.Go(func() { _ = n.srv.Serve(ln) })
 	return n, nil
 }
@@ -262,7 +286,14 @@ func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
 func (n *Node) peerPlan(ctx context.Context, addr string) (*plan, error) {
 	var last error
 	for {
-		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", url.Values{"from": {n.self}})
+		nonce := newNonce()
+		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", url.Values{"from": {n.self}, "nonce": {nonce}})
+		if err == nil && resp.StatusCode == http.StatusOK && n.cfg.TLS {
+			if err = n.checkCert(addr, nonce, resp); err != nil {
+				resp.Body.Close()
+				return nil, err // not a node of this job: no point asking again
+			}
+		}
 		if err == nil {
 			if resp.StatusCode == http.StatusOK {
 				var p plan
@@ -282,7 +313,11 @@ func (n *Node) peerPlan(ctx context.Context, addr string) (*plan, error) {
 
 // do sends a signed request to a peer.
 func (n *Node) do(ctx context.Context, method, addr, path string, q url.Values) (*http.Response, error) {
-	u := url.URL{Scheme: "http", Host: addr, Path: path, RawQuery: q.Encode()}
+	scheme := "http"
+	if n.cfg.TLS {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: addr, Path: path, RawQuery: q.Encode()}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err

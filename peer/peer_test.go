@@ -71,7 +71,8 @@ func step(t *testing.T, sizes ...int) (store.Store, string) {
 	return st, dir
 }
 
-// freeAddrs reserves n loopback addresses.
+// freeAddrs opens n loopback listeners and returns their addresses; a
+// node started with listen(t, addr) serves on the one for addr.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
@@ -80,10 +81,26 @@ func freeAddrs(t *testing.T, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, ln.Addr().String())
-		ln.Close()
+		addr := ln.Addr().String()
+		listeners.Store(addr, ln)
+		t.Cleanup(func() { ln.Close() })
+		out = append(out, addr)
 	}
 	return out
+}
+
+// listeners holds the listeners freeAddrs opened, by address.
+var listeners sync.Map
+
+// listen returns the listener freeAddrs opened for addr: no other process
+// can take the port in between.
+func listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, ok := listeners.LoadAndDelete(addr)
+	if !ok {
+		t.Fatalf("no listener for %s", addr)
+	}
+	return ln.(net.Listener)
 }
 
 // nodeRun is one node's cooperative restore.
@@ -110,6 +127,9 @@ func restoreWith(t *testing.T, st store.Store, addrs []string, skip map[int]bool
 	var wg sync.WaitGroup
 	for i := range addrs {
 		if skip[i] {
+			if ln, ok := listeners.LoadAndDelete(addrs[i]); ok {
+				ln.(net.Listener).Close() // never started: nothing listens there
+			}
 			continue
 		}
 		r := &nodeRun{dir: t.TempDir(), bucket: &counted{Store: st}}
@@ -118,7 +138,7 @@ func restoreWith(t *testing.T, st store.Store, addrs []string, skip map[int]bool
 		}
 		runs[i] = r
 		c := cfg
-		c.Bucket, c.Key, c.Listen, c.Peers, c.Self, c.SpoolDir = r.bucket, testKey, addrs[i], addrs, i, r.dir
+		c.Bucket, c.Key, c.Listener, c.Peers, c.Self, c.SpoolDir = r.bucket, testKey, listen(t, addrs[i]), addrs, i, r.dir
 		n, err := Start(c)
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +186,14 @@ func sameTree(t *testing.T, want, got string) {
 
 // Three nodes restoring the same step together read each byte from the
 // bucket once between them, and each restores every file byte for byte.
+// The same over TLS.
 func TestEachByteFromTheBucketOnce(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		t.Run(fmt.Sprint("tls=", tls), func(t *testing.T) { eachByteOnce(t, tls) })
+	}
+}
+
+func eachByteOnce(t *testing.T, tls bool) {
 	sizes := []int{5<<20 + 3, 3 << 20, 1 << 20, 700, 0, 2<<20 + 1}
 	st, src := step(t, sizes...)
 	var total int64
@@ -174,7 +201,7 @@ func TestEachByteFromTheBucketOnce(t *testing.T) {
 		total += int64(s)
 	}
 	addrs := freeAddrs(t, 3)
-	runs := restoreTogether(t, st, addrs, nil, Config{})
+	runs := restoreTogether(t, st, addrs, nil, Config{TLS: tls})
 	var bucket, peers int64
 	for i, r := range runs {
 		if r.err != nil {
@@ -272,10 +299,7 @@ func TestAbsentPeer(t *testing.T) {
 // fakePeer joins with a real plan and then serves what serve says.
 func fakePeer(t *testing.T, addr string, p *plan, serve func(w http.ResponseWriter, r *http.Request)) {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listen(t, addr)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/plan":
@@ -385,7 +409,7 @@ func TestLinkIsNotServed(t *testing.T) {
 	r1 := &nodeRun{dir: t.TempDir(), bucket: &counted{Store: st}}
 	var wg sync.WaitGroup
 	for i, r := range []*nodeRun{r0, r1} {
-		n, err := Start(Config{Bucket: r.bucket, Key: testKey, Listen: addrs[i], Peers: addrs, Self: i})
+		n, err := Start(Config{Bucket: r.bucket, Key: testKey, Listener: listen(t, addrs[i]), Peers: addrs, Self: i})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,11 +436,50 @@ func TestLinkIsNotServed(t *testing.T) {
 	}
 }
 
+// Over TLS, a server that cannot prove its certificate with the job's key
+// is not a peer: a node with another key is left out, and so is one that
+// serves plain HTTP.
+func TestTLSPeerMustProveItsCertificate(t *testing.T) {
+	st, src := step(t, 2<<20, 100)
+	for _, tc := range []struct {
+		name  string
+		other Config
+	}{
+		{"another key", Config{TLS: true, Key: KeyFromToken("another job")}},
+		{"no TLS", Config{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := freeAddrs(t, 2)
+			other := tc.other
+			other.Bucket, other.Listener, other.Peers, other.Self, other.Wait = st, listen(t, addrs[1]), addrs, 1, 500*time.Millisecond
+			if other.Key == nil {
+				other.Key = testKey
+			}
+			n, err := Start(other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			if _, err := n.Join(t.Context(), restore.PeerRequest{Step: 1, Chunk: 1 << 20, Dir: t.TempDir()}); err != nil {
+				t.Fatal(err)
+			}
+			runs := restoreWith(t, st, addrs, map[int]bool{1: true}, nil, Config{TLS: true, Wait: 500 * time.Millisecond, Linger: 100 * time.Millisecond})
+			if runs[0].err != nil {
+				t.Fatal(runs[0].err)
+			}
+			sameTree(t, src, runs[0].dir)
+			if runs[0].stats.Joined != 0 || runs[0].stats.PeerBytes != 0 {
+				t.Fatalf("a node that cannot prove its certificate joined: %+v", runs[0].stats)
+			}
+		})
+	}
+}
+
 // Requests without the job's key get nothing.
 func TestPeerAuth(t *testing.T) {
 	st, _ := step(t, 1000)
 	addr := freeAddrs(t, 1)[0]
-	n, err := Start(Config{Bucket: st, Key: testKey, Listen: addr, Peers: []string{addr}, SpoolDir: t.TempDir()})
+	n, err := Start(Config{Bucket: st, Key: testKey, Listener: listen(t, addr), Peers: []string{addr}, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,10 @@ func (n *Node) servePlan(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not restoring yet", http.StatusServiceUnavailable)
 		return
 	}
+	if n.cfg.TLS {
+		w.Header().Set(certHeader, n.certFP)
+		w.Header().Set(proofHeader, certProof(n.cfg.Key, n.certFP, r.URL.Query().Get("nonce")))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(p)
 }

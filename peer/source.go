@@ -110,7 +110,7 @@ func (s *source) open(ctx context.Context, key string, seg segment) (io.ReadClos
 		if ctx.Err() != nil {
 			return nil, "", ctx.Err()
 		}
-	case owner != "" && !dropped:
+	case owner != "" && !dropped && n.trusted(owner):
 		// Never the byte past the object from a peer: whether the stored
 		// object is longer than its manifest says is the bucket's to tell
 		// (the owner's own restore checks it); a peer could only fail the
