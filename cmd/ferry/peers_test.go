@@ -39,7 +39,7 @@ func TestCLIRestoreWithPeers(t *testing.T) {
 		ln.Close()
 	}
 	// Once with the list given, once with the nodes finding each other
-	// through the bucket.
+	// through the bucket, over TLS.
 	restoreTogether := func(args func(i int) []string) {
 		t.Helper()
 		type proc struct {
@@ -88,7 +88,7 @@ func TestCLIRestoreWithPeers(t *testing.T) {
 		return []string{"--peers", strings.Join(addrs, ","), "--peer-rank", fmt.Sprint(i), "--peer-listen", addrs[i]}
 	})
 	restoreTogether(func(i int) []string {
-		return []string{"--peers", "bucket:3", "--peer-group", "job-42", "--peer-listen", addrs[i]}
+		return []string{"--peers", "bucket:3", "--peer-group", "job-42", "--peer-listen", addrs[i], "--peer-tls"}
 	})
 	st := srv.Store(t, strings.TrimSuffix(strings.TrimPrefix(url, "s3://"), "/run"))
 	err := st.List(t.Context(), "run/peers/", "", 0, func(o store.ObjectInfo) error {

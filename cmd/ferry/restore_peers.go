@@ -25,6 +25,7 @@ type peerOptions struct {
 	group, advertise    string
 	rank                int
 	wait, linger        time.Duration
+	tls                 bool
 }
 
 func peerFlags() []cli.Flag {
@@ -35,6 +36,7 @@ func peerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "peer-listen", Value: ":7077", EnvVars: []string{"FERRY_PEER_LISTEN"}, Usage: "with --peers: the `ADDRESS` to serve peers on; its port is the peers' where --peers gives none"},
 		&cli.IntFlag{Name: "peer-rank", Value: -1, Usage: "with --peers: this node's index in the list (default: the entry naming this machine)"},
 		&cli.StringFlag{Name: "peer-token", EnvVars: []string{"FERRY_PEER_TOKEN"}, Usage: "with --peers: a secret every node of the job shares, to authenticate peers (default: derived from the store credentials)"},
+		&cli.BoolFlag{Name: "peer-tls", EnvVars: []string{"FERRY_PEER_TLS"}, Usage: "with --peers: encrypt the bytes between peers (TLS with certificates the nodes make and prove with the peers' key); every node must agree"},
 		&cli.DurationFlag{Name: "peer-wait", Value: peer.DefaultWait, EnvVars: []string{"FERRY_PEER_WAIT"}, Usage: "with --peers: the most to wait for a peer (to join, or to serve a range it is fetching) before going to the bucket"},
 		&cli.DurationFlag{Name: "peer-linger", Value: peer.DefaultLinger, EnvVars: []string{"FERRY_PEER_LINGER"}, Usage: "with --peers: the most to keep serving peers that still need this node's ranges after the restore"},
 	}
@@ -49,7 +51,7 @@ func readPeerOptions(c *cli.Context) (*peerOptions, error) {
 	}
 	o := &peerOptions{spec: c.String("peers"), listen: c.String("peer-listen"), token: c.String("peer-token"),
 		group: c.String("peer-group"), advertise: c.String("peer-advertise"),
-		rank: c.Int("peer-rank"), wait: c.Duration("peer-wait"), linger: c.Duration("peer-linger")}
+		rank: c.Int("peer-rank"), wait: c.Duration("peer-wait"), linger: c.Duration("peer-linger"), tls: c.Bool("peer-tls")}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, usagef("--peer-listen %q: want host:port or :port", o.listen)
 	}
@@ -82,7 +84,7 @@ func (o *peerOptions) start(ctx context.Context, st *s3store.Store, loc manifest
 		return nil, nil, fmt.Errorf("restore into %s: %w", dir, err)
 	}
 	n, err := peer.Start(peer.Config{Bucket: st, Key: key, Listen: o.listen, Peers: peers, Self: self,
-		Wait: o.wait, Linger: o.linger, Concurrency: min(concurrency, peer.DefaultConcurrency), SpoolDir: dir, Logger: log})
+		Wait: o.wait, Linger: o.linger, Concurrency: min(concurrency, peer.DefaultConcurrency), SpoolDir: dir, TLS: o.tls, Logger: log})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
