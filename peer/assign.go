@@ -15,6 +15,9 @@ type plan struct {
 	Chunk int64    `json:"chunk"`
 	Files []object `json:"files"`
 	Held  []object `json:"held,omitempty"`
+	// Seed marks a node that only serves (Seed): it never finishes a
+	// restore, so nobody waits for it to.
+	Seed bool `json:"seed,omitempty"`
 }
 
 // object is one object a node fetches.

@@ -25,6 +25,9 @@ type ownedRange struct {
 func (n *Node) expectOwned(a *assignment, p *plan, sp *spool) []ownedRange {
 	var out []ownedRange
 	for _, f := range p.Files {
+		if f.Size == 0 {
+			continue // nothing to share: its restore reads it from the bucket
+		}
 		nc := chunks(f.Size, a.chunk)
 		for i := range nc {
 			if a.owner(f.Key, i) != n.self {
@@ -147,7 +150,7 @@ func (n *Node) unfinished(served map[string]bool) (must, maybe int, signal chan 
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for i, p := range n.cfg.Peers {
-		if i == n.cfg.Self || n.doneFrom[p] || n.dropped[p] != "" {
+		if i == n.cfg.Self || n.doneFrom[p] || n.dropped[p] != "" || n.seeds[p] {
 			continue
 		}
 		if served[p] || n.planRead[p] {
@@ -177,19 +180,20 @@ func (n *Node) peersServed(a *assignment) []string {
 	return out
 }
 
-// Close stops serving and fetching and removes the spool.
+// Close stops serving (at once) and fetching and removes the spool.
 func (n *Node) Close() error {
 	n.cancel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := n.srv.Shutdown(ctx)
+	// Not Shutdown: Finish has served whoever needed this node, and
+	// Shutdown waits 5 s for a connection a peer's client dialed but never
+	// used (net/http keeps new connections until then).
+	err := n.srv.Close()
 	n.wg.Wait()
 	if sp := n.currentSpool(); sp != nil {
 		_ = sp.close()
 	}
 	n.mu.Lock()
-	if n.root != nil {
-		n.root.Close()
+	for _, r := range n.roots {
+		r.Close()
 	}
 	n.mu.Unlock()
 	return err

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,13 +85,15 @@ type Node struct {
 	spool      *spool
 	assign     *assignment
 	sizes      map[string]int64
-	assigned   chan struct{}     // closed once the ranges are assigned
-	servedKeys map[string]bool   // objects of which this node serves a range
-	held       map[string]string // object key -> path of a file this node holds, below root
-	root       *os.Root          // the restore's target directory, for held files
+	assigned   chan struct{}       // closed once the ranges are assigned
+	servedKeys map[string]bool     // objects of which this node serves a range
+	held       map[string]heldFile // object key -> a file this node holds and serves
+	roots      []*os.Root          // the folders held files are opened through, closed by Close
+	seed       Holdings            // set for a seed (Seed): what it holds of a step
 	doneFrom   map[string]bool
 	planRead   map[string]bool   // peers that have read this node's plan
 	pinned     map[string]string // peer address -> the certificate fingerprint it proved (TLS)
+	seeds      map[string]bool   // peers that only serve (Seed)
 	certFP     string            // this node's certificate fingerprint (TLS)
 	changed    chan struct{}     // closed and replaced at each done notice or plan read
 	joinedAt   time.Time
@@ -154,7 +157,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
-		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, assigned: make(chan struct{}), dropped: map[string]string{},
+		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, seeds: map[string]bool{}, assigned: make(chan struct{}), dropped: map[string]string{},
 		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}}
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -204,12 +207,16 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 		p.Files[i] = object{Key: f.Key, Size: f.Size}
 		sizes[f.Key] = f.Size
 	}
-	held := map[string]string{}
-	for _, h := range req.Held {
-		if _, dup := held[h.File.Key]; !dup {
-			p.Held = append(p.Held, object{Key: h.File.Key, Size: h.File.Size})
-			held[h.File.Key] = h.Path
-			sizes[h.File.Key] = h.File.Size
+	var root *os.Root
+	held := map[string]heldFile{}
+	if len(req.Held) > 0 {
+		var err error
+		if root, err = os.OpenRoot(req.Dir); err != nil {
+			return nil, fmt.Errorf("peer: open %s to serve the files it holds: %w", req.Dir, err)
+		}
+		p.Held = addHeld(held, root, req.Held)
+		for _, h := range p.Held {
+			sizes[h.Key] = h.Size
 		}
 	}
 	spoolDir := n.cfg.SpoolDir
@@ -218,17 +225,16 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 	}
 	sp, err := newSpool(spoolDir)
 	if err != nil {
+		if root != nil {
+			root.Close()
+		}
 		return nil, err
 	}
-	var root *os.Root
-	if len(held) > 0 {
-		if root, err = os.OpenRoot(req.Dir); err != nil {
-			sp.close()
-			return nil, fmt.Errorf("peer: open %s to serve the files it holds: %w", req.Dir, err)
-		}
-	}
 	n.mu.Lock()
-	n.plan, n.spool, n.sizes, n.held, n.root = p, sp, sizes, held, root
+	n.plan, n.spool, n.sizes, n.held = p, sp, sizes, held
+	if root != nil {
+		n.roots = append(n.roots, root)
+	}
 	n.joinedAt = time.Now()
 	n.mu.Unlock()
 	plans := n.gatherPlans(ctx, p)
@@ -264,7 +270,7 @@ func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
 			continue
 		}
 		g.Go(func() error {
-			p, err := n.peerPlan(ctx, addr)
+			p, err := n.peerPlan(ctx, addr, own)
 			if err == nil && (p.Step != own.Step || p.Chunk != own.Chunk) {
 				err = fmt.Errorf("it restores step %d in %d-byte ranges, this node step %d in %d", p.Step, p.Chunk, own.Step, own.Chunk)
 			}
@@ -275,6 +281,11 @@ func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
 			mu.Lock()
 			plans[addr] = p
 			mu.Unlock()
+			if p.Seed {
+				n.mu.Lock()
+				n.seeds[addr] = true
+				n.mu.Unlock()
+			}
 			return nil
 		})
 	}
@@ -283,11 +294,12 @@ func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
 }
 
 // peerPlan polls addr for its plan until it answers or ctx ends.
-func (n *Node) peerPlan(ctx context.Context, addr string) (*plan, error) {
+func (n *Node) peerPlan(ctx context.Context, addr string, own *plan) (*plan, error) {
 	var last error
 	for {
 		nonce := newNonce()
-		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", url.Values{"from": {n.self}, "nonce": {nonce}})
+		q := url.Values{"from": {n.self}, "nonce": {nonce}, "step": {strconv.FormatInt(own.Step, 10)}, "chunk": {strconv.FormatInt(own.Chunk, 10)}}
+		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", q)
 		if err == nil && resp.StatusCode == http.StatusOK && n.cfg.TLS {
 			if err = n.checkCert(addr, nonce, resp); err != nil {
 				resp.Body.Close()

@@ -508,8 +508,9 @@ func TestPeerAuth(t *testing.T) {
 		{nil, false, "/v1/plan", http.StatusUnauthorized},
 		{KeyFromToken("another job"), true, "/v1/plan", http.StatusUnauthorized},
 		{testKey, true, "/v1/plan", http.StatusOK},
-		{testKey, true, "/v1/range?key=run%2Fdata%2Fother&i=0&skip=0&n=10", http.StatusNotFound},
-		{testKey, true, "/v1/range?key=..%2F..%2Fetc%2Fpasswd&i=0&skip=0&n=10", http.StatusNotFound},
+		{testKey, true, "/v1/range?key=run%2Fdata%2Fother&i=0&skip=0&n=10&chunk=1048576", http.StatusNotFound},
+		{testKey, true, "/v1/range?key=..%2F..%2Fetc%2Fpasswd&i=0&skip=0&n=10&chunk=1048576", http.StatusNotFound},
+		{testKey, true, "/v1/range?key=run%2Fdata%2Fx&i=0&skip=0&n=10", http.StatusBadRequest},
 	} {
 		if got := get(tc.key, tc.sign, tc.path); got != tc.want {
 			t.Errorf("GET %s signed %v: %d, want %d", tc.path, tc.sign, got, tc.want)
@@ -540,5 +541,49 @@ func TestSplit(t *testing.T) {
 		if got := strings.Join(parts, " "); got != tc.want {
 			t.Errorf("split(%d, %d, size %d): %s, want %s", tc.off, tc.end, tc.size, got, tc.want)
 		}
+	}
+}
+
+// A seed (the agent beside training) serves the committed step it holds:
+// two nodes restoring it read nothing from the bucket. Of a step it does
+// not hold it offers nothing, and they fetch that from the bucket.
+func TestSeedServesWhatItHolds(t *testing.T) {
+	st, src := step(t, 3<<20+5, 1<<20, 10)
+	m, err := remote.Get(t.Context(), st, "run", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := freeAddrs(t, 3)
+	asked := map[int64]int{}
+	var mu sync.Mutex
+	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addrs[2])}, func(_ context.Context, step int64) (string, []restore.HeldFile, error) {
+		mu.Lock()
+		asked[step]++
+		mu.Unlock()
+		if step != 1 {
+			return "", nil, nil
+		}
+		var files []restore.HeldFile
+		for _, f := range m.Files {
+			files = append(files, restore.HeldFile{File: f, Path: f.Path})
+		}
+		return src, files, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	runs := restoreWith(t, st, addrs, map[int]bool{2: true}, nil, Config{})
+	for i, r := range runs[:2] {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if got := r.bucket.bytes.Load(); got != 0 || r.stats.Joined != 2 {
+			t.Fatalf("node %d read %d bytes from the bucket, joined %d: %+v", i, got, r.stats.Joined, r.stats)
+		}
+	}
+	if s := seed.Stats(); s.ServedBytes != 2*(4<<20+15) || asked[1] != 2 {
+		t.Fatalf("seed served %d bytes, was asked for step 1 %d times", s.ServedBytes, asked[1])
 	}
 }

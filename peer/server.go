@@ -33,7 +33,17 @@ func (n *Node) handler() http.Handler {
 // ranges, so Finish waits for it.
 func (n *Node) servePlan(w http.ResponseWriter, r *http.Request) {
 	n.mu.Lock()
-	p := n.plan
+	p, seed := n.plan, n.seed != nil
+	n.mu.Unlock()
+	if seed {
+		sp, status, err := n.seedPlan(r)
+		if err != nil {
+			http.Error(w, err.Error(), status)
+			return
+		}
+		p = sp
+	}
+	n.mu.Lock()
 	if from := r.URL.Query().Get("from"); p != nil && from != "" && !n.planRead[from] {
 		n.planRead[from] = true
 		n.signalLocked()
@@ -62,8 +72,9 @@ func (n *Node) serveRange(w http.ResponseWriter, r *http.Request) {
 	i, err1 := strconv.ParseInt(q.Get("i"), 10, 64)
 	skip, err2 := strconv.ParseInt(q.Get("skip"), 10, 64)
 	want, err3 := strconv.ParseInt(q.Get("n"), 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil || key == "" || i < 0 || skip < 0 || want < 0 {
-		http.Error(w, "want key, i, skip and n", http.StatusBadRequest)
+	chunk, err4 := strconv.ParseInt(q.Get("chunk"), 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil || key == "" || i < 0 || skip < 0 || want < 0 || chunk <= 0 {
+		http.Error(w, "want key, i, skip, n and chunk", http.StatusBadRequest)
 		return
 	}
 	// A peer that has assigned the ranges may ask before this node has.
@@ -75,10 +86,14 @@ func (n *Node) serveRange(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	if n.serveHeld(w, key, i, skip, want) {
+	if n.serveHeld(w, key, i*chunk+skip, want) {
 		return
 	}
 	sp := n.currentSpool()
+	if sp == nil { // a seed: it serves only what it holds
+		http.Error(w, errNotHeld.Error(), http.StatusNotFound)
+		return
+	}
 	h, err := sp.wait(r.Context(), key, i, n.cfg.Wait)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
@@ -107,15 +122,15 @@ func (n *Node) serveDone(w http.ResponseWriter, r *http.Request) {
 // target directory (through an os.Root: no path outside it, no link out of
 // it), if key is one; it reports whether it answered. The asker verifies
 // the bytes like any others.
-func (n *Node) serveHeld(w http.ResponseWriter, key string, i, skip, want int64) bool {
+func (n *Node) serveHeld(w http.ResponseWriter, key string, off, want int64) bool {
 	n.mu.Lock()
-	rel, ok := n.held[key]
-	root, size, chunk := n.root, n.sizes[key], n.plan.Chunk
+	h, ok := n.held[key]
 	n.mu.Unlock()
 	if !ok {
 		return false
 	}
-	f, err := root.Open(rel)
+	size := h.size
+	f, err := h.root.Open(h.rel)
 	if err != nil {
 		http.Error(w, errNotHeld.Error(), http.StatusNotFound)
 		return true
@@ -125,7 +140,6 @@ func (n *Node) serveHeld(w http.ResponseWriter, key string, i, skip, want int64)
 		http.Error(w, errNotHeld.Error(), http.StatusNotFound)
 		return true
 	}
-	off := i*chunk + skip
 	have := max(min(want, size-off), 0)
 	w.Header().Set("Content-Length", strconv.FormatInt(have, 10))
 	w.Header().Set("Content-Type", "application/octet-stream")

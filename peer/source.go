@@ -66,7 +66,7 @@ func (s *source) Get(ctx context.Context, key string, off, length int64) (io.Rea
 	if length >= 0 {
 		end = min(off+length, size+1)
 	}
-	if a == nil || !known || distrusted || off < 0 || off >= end {
+	if a == nil || !known || distrusted || size == 0 || off < 0 || off >= end {
 		return s.Store.Get(ctx, key, off, length)
 	}
 	return &body{ctx: ctx, s: s, key: key, size: size, segs: split(off, end, size, a.chunk)}, nil
@@ -138,7 +138,8 @@ func (s *source) open(ctx context.Context, key string, seg segment) (io.ReadClos
 // answers anything but the bytes or "not held" is dropped.
 func (s *source) fromPeer(ctx context.Context, owner, key string, seg segment) (io.ReadCloser, error) {
 	n := s.n
-	q := url.Values{"key": {key}, "i": {strconv.FormatInt(seg.i, 10)}, "skip": {strconv.FormatInt(seg.skip, 10)}, "n": {strconv.FormatInt(seg.n, 10)}}
+	q := url.Values{"key": {key}, "i": {strconv.FormatInt(seg.i, 10)}, "skip": {strconv.FormatInt(seg.skip, 10)},
+		"n": {strconv.FormatInt(seg.n, 10)}, "chunk": {strconv.FormatInt(n.assign.chunk, 10)}}
 	resp, err := n.do(ctx, http.MethodGet, owner, "/v1/range", q)
 	if err != nil {
 		n.drop(owner, fmt.Sprintf("asked for a range: %v", err))
