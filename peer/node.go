@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/ctxtime"
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/restore"
 )
@@ -60,6 +61,9 @@ type Config struct {
 	// means the restore's target directory, where the bytes go anyway
 	// (it must exist when Join is called).
 	SpoolDir string
+	// Limiter, when set, paces what this node serves from files it holds
+	// (the agent's --bandwidth).
+	Limiter *ratelimit.Limiter
 	// TLS serves and asks over TLS, with certificates the nodes make and
 	// prove with the key (tls.go). Every node of the job must agree.
 	TLS bool

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 )
 
 // handler serves this node's plan, the ranges it holds and done notices,
@@ -86,7 +89,7 @@ func (n *Node) serveRange(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	if n.serveHeld(w, key, i*chunk+skip, want) {
+	if n.serveHeld(r.Context(), w, key, i*chunk+skip, want) {
 		return
 	}
 	sp := n.currentSpool()
@@ -122,7 +125,7 @@ func (n *Node) serveDone(w http.ResponseWriter, r *http.Request) {
 // target directory (through an os.Root: no path outside it, no link out of
 // it), if key is one; it reports whether it answered. The asker verifies
 // the bytes like any others.
-func (n *Node) serveHeld(w http.ResponseWriter, key string, off, want int64) bool {
+func (n *Node) serveHeld(ctx context.Context, w http.ResponseWriter, key string, off, want int64) bool {
 	n.mu.Lock()
 	h, ok := n.held[key]
 	n.mu.Unlock()
@@ -143,7 +146,11 @@ func (n *Node) serveHeld(w http.ResponseWriter, key string, off, want int64) boo
 	have := max(min(want, size-off), 0)
 	w.Header().Set("Content-Length", strconv.FormatInt(have, 10))
 	w.Header().Set("Content-Type", "application/octet-stream")
-	sent, _ := io.Copy(w, io.NewSectionReader(f, off, have))
+	var body io.Reader = io.NewSectionReader(f, off, have)
+	if n.cfg.Limiter != nil {
+		body = &ratelimit.Body{R: body, L: n.cfg.Limiter, Ctx: ctx}
+	}
+	sent, _ := io.Copy(w, body)
 	n.stats.served.Add(sent)
 	return true
 }

@@ -48,6 +48,10 @@ type agentOptions struct {
 	closeWrite    bool
 	pipeline      bool
 	whenBehind    string
+	// servePeers, token and peerTLS: serve committed steps to restoring
+	// nodes (--serve-peers).
+	servePeers, peerToken string
+	peerTLS               bool
 }
 
 func newAgentCommand() *cli.Command {
@@ -86,6 +90,9 @@ func newAgentCommand() *cli.Command {
 				closeWrite:    c.Bool("close-write"),
 				pipeline:      c.Bool("pipeline"),
 				whenBehind:    c.String("when-behind"),
+				servePeers:    c.String("serve-peers"),
+				peerToken:     c.String("peer-token"),
+				peerTLS:       c.Bool("peer-tls"),
 			}
 			var err error
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
@@ -180,6 +187,8 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	}
 	defer ctl.Close()
 	ms := listenMetrics(o.metricsAddr, reg, log)
+	// One cap for everything the agent sends: uploads and peers served.
+	limiter := ratelimit.New(o.bandwidth)
 	a, err := agent.New(agent.Options{
 		Store: st, Prefix: loc.Prefix, URL: loc.String(),
 		Detect: detect.Options{
@@ -189,7 +198,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		},
 		WhenBehind: o.whenBehind,
 		Pipeline:   o.pipeline,
-		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth),
+		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: limiter,
 			DropCache: true},
 		StateDir:     stateDir,
 		AllowEmpty:   o.allowEmpty,
@@ -207,6 +216,14 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if err != nil {
 		ms.close()
 		return err
+	}
+	if o.servePeers != "" {
+		seed, err := startSeed(ctx, o, st, loc, a, limiter, log)
+		if err != nil {
+			ms.close()
+			return err
+		}
+		defer seed.Close()
 	}
 	svc := &agent.Service{Agent: a, Control: ctl, Metrics: ms.MetricsServer, Abort: abortOf(ctx), Logger: log,
 		Ready: func() { _ = sdnotify.Ready() }, Stopping: func() { _ = sdnotify.Stopping() }, Background: watchdog}

@@ -2,15 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/internal/trainsim"
 )
 
 // Three `ferry restore --peers` processes restore one step together: each
@@ -111,5 +115,64 @@ func TestCLIRestoreWithPeers(t *testing.T) {
 		if strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Errorf("restore %v: want a one-line error, got %q", args, r.stderr)
 		}
+	}
+}
+
+// `ferry agent --serve-peers`: a node that restores the step the agent
+// committed, with the agent among its --peers, reads none of its bytes from
+// the bucket (the survivors' agents serve a replacement node).
+func TestCLIAgentServesPeers(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/run"
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	watch := t.TempDir()
+	agent := startAgentProcess(t, srv.Env(), "--watch", watch, "--to", url, "--state-dir", t.TempDir(),
+		"--layout", "composer", "--settle", "300ms", "--expected-ranks", "2", "--metrics-addr", "off", "--serve-peers", addrs[1])
+	sim := trainsim.Options{Dir: watch, Ranks: 2, FileSize: 6<<20 + 3, Seed: 9}
+	if err := trainsim.WriteStep(context.Background(), sim, 4); err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Store(t, bucket)
+	waitFor(t, "step 4 to be committed", time.Minute, func() bool { return len(committed(t, st, "run")) == 1 })
+
+	out := filepath.Join(t.TempDir(), "ckpt")
+	r := ferry(t, srv, "restore", "--from", url, "--to", out, "--json",
+		"--peers", strings.Join(addrs, ","), "--peer-rank", "0", "--peer-listen", addrs[0]).must(t, 0)
+	var sum restoreSummary
+	decodeJSON(t, r.stdout, &sum)
+	if sum.Peers == nil || sum.Peers.Joined != 1 || sum.Peers.BucketBytes != 0 || sum.Peers.PeerBytes != 2*(6<<20+3) {
+		t.Fatalf("restore beside the agent: %+v\nagent: %s", sum.Peers, agent.logs.String())
+	}
+	ents, _ := os.ReadDir(watch)
+	files := 0
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue // Composer's latest-rank links
+		}
+		files++
+		name := e.Name()
+		want, _ := os.ReadFile(filepath.Join(watch, name))
+		got, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s restored from the agent differs (%v)", name, err)
+		}
+	}
+	if files != 2 {
+		t.Fatalf("compared %d files, want the 2 ranks'", files)
+	}
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(t, agent.Cmd, time.Minute); err != nil {
+		t.Fatalf("agent exit: %v", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/peer"
@@ -163,4 +165,25 @@ func advertiseHost(listen string) string {
 	}
 	h, _ := os.Hostname()
 	return h
+}
+
+// startSeed serves the agent's committed steps to restoring nodes
+// (agent --serve-peers).
+func startSeed(ctx context.Context, o agentOptions, st *s3store.Store, loc manifest.Location, a *agent.Agent, limiter *ratelimit.Limiter, log *zap.Logger) (*peer.Node, error) {
+	if _, _, err := net.SplitHostPort(o.servePeers); err != nil {
+		return nil, usagef("--serve-peers %q: want host:port or :port", o.servePeers)
+	}
+	key := peer.KeyFromToken(o.peerToken)
+	if o.peerToken == "" {
+		var err error
+		if key, err = st.DeriveKey(ctx, peer.KeyLabel(loc.Bucket, loc.Prefix)); err != nil {
+			return nil, fmt.Errorf("--serve-peers: %w (give --peer-token)", err)
+		}
+	}
+	n, err := peer.Seed(peer.Config{Bucket: st, Key: key, Listen: o.servePeers, TLS: o.peerTLS, Limiter: limiter, Logger: log}, a.Holdings)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("serving committed steps to restoring peers", zap.String("addr", n.Addr()))
+	return n, nil
 }
