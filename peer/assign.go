@@ -76,6 +76,20 @@ func (a *assignment) owner(key string, i int64) string {
 	return best
 }
 
+// shared reports whether another node than this one needs or holds key:
+// only then is a range of it worth a spool or a peer.
+func (a *assignment) shared(key string) bool {
+	if len(a.holders[key]) > 0 {
+		return true
+	}
+	for _, n := range a.needers[key] {
+		if n != a.self {
+			return true
+		}
+	}
+	return false
+}
+
 func rendezvous(node, key string, i int64) uint64 {
 	h := sha256.New()
 	h.Write([]byte(node))

@@ -25,8 +25,10 @@ type ownedRange struct {
 func (n *Node) expectOwned(a *assignment, p *plan, sp *spool) []ownedRange {
 	var out []ownedRange
 	for _, f := range p.Files {
-		if f.Size == 0 {
-			continue // nothing to share: its restore reads it from the bucket
+		if f.Size == 0 || !a.shared(f.Key) {
+			// Nothing to share: its restore reads it from the bucket,
+			// without the spool's extra copy.
+			continue
 		}
 		nc := chunks(f.Size, a.chunk)
 		for i := range nc {

@@ -123,6 +123,13 @@ func restoreTogether(t *testing.T, st store.Store, addrs []string, skip map[int]
 // already holding the files of the folder dirs gives them.
 func restoreWith(t *testing.T, st store.Store, addrs []string, skip map[int]bool, dirs map[int]string, cfg Config) []*nodeRun {
 	t.Helper()
+	return restoreSelected(t, st, addrs, skip, dirs, nil, cfg)
+}
+
+// restoreSelected is restoreWith with node i restoring only the files
+// paths[i] selects (all when nil).
+func restoreSelected(t *testing.T, st store.Store, addrs []string, skip map[int]bool, dirs map[int]string, paths map[int]*restore.PathFilter, cfg Config) []*nodeRun {
+	t.Helper()
 	runs := make([]*nodeRun, len(addrs))
 	var wg sync.WaitGroup
 	for i := range addrs {
@@ -148,7 +155,7 @@ func restoreWith(t *testing.T, st store.Store, addrs []string, skip map[int]bool
 			start := time.Now()
 			defer func() { t.Logf("node %d: %s", i, time.Since(start)) }()
 			r.res, r.err = restore.Restore(t.Context(), restore.Options{Store: r.bucket, Prefix: "run", Dir: r.dir, Step: 1,
-				ChunkSize: 1 << 20, Peers: n.Join})
+				ChunkSize: 1 << 20, Peers: n.Join, Paths: paths[i]})
 			t.Logf("node %d restored in %s", i, time.Since(start))
 			n.Finish(t.Context())
 			r.stats = n.Stats()
@@ -272,6 +279,36 @@ func TestSurvivorWithAWrongCopy(t *testing.T) {
 	}
 	if runs[0].res.Kept != 1 || runs[0].res.Downloaded != 1 {
 		t.Fatalf("survivor: kept %d, downloaded %d; want its wrong copy fetched again", runs[0].res.Kept, runs[0].res.Downloaded)
+	}
+}
+
+// Nodes that need different files share nothing: each reads its own from
+// the bucket directly, with no spool and no peer in between (as fast as
+// alone); a file two of them need is shared.
+func TestDisjointFilesGoStraightToTheBucket(t *testing.T) {
+	st, _ := step(t, 3<<20, 2<<20+9, 1<<20)
+	addrs := freeAddrs(t, 3)
+	paths := map[int]*restore.PathFilter{}
+	for i, include := range [][]string{{"rank0.pt"}, {"rank1.pt", "rank2.pt"}, {"rank2.pt"}} {
+		f, err := restore.NewPathFilter(include, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths[i] = f
+	}
+	runs := restoreSelected(t, st, addrs, nil, nil, paths, Config{})
+	want := []int64{3 << 20, 2<<20 + 9, 0} // rank2.pt is shared by nodes 1 and 2
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		solo := r.bucket.bytes.Load() - r.stats.BucketBytes // read by the restore itself
+		if solo != want[i] {
+			t.Fatalf("node %d read %d bytes of unshared files straight from the bucket, want %d: %+v", i, solo, want[i], r.stats)
+		}
+	}
+	if runs[1].stats.BucketBytes+runs[2].stats.BucketBytes != 1<<20 || runs[1].stats.PeerBytes+runs[2].stats.PeerBytes != 1<<20 {
+		t.Fatalf("the shared file: %+v and %+v, want it from the bucket once and from a peer once", runs[1].stats, runs[2].stats)
 	}
 }
 

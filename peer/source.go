@@ -66,7 +66,7 @@ func (s *source) Get(ctx context.Context, key string, off, length int64) (io.Rea
 	if length >= 0 {
 		end = min(off+length, size+1)
 	}
-	if a == nil || !known || distrusted || size == 0 || off < 0 || off >= end {
+	if a == nil || !known || distrusted || size == 0 || !a.shared(key) || off < 0 || off >= end {
 		return s.Store.Get(ctx, key, off, length)
 	}
 	return &body{ctx: ctx, s: s, key: key, size: size, segs: split(off, end, size, a.chunk)}, nil
