@@ -116,7 +116,8 @@ type counters struct {
 type Stats struct {
 	// Joined is the peers this node restored with, itself not included.
 	Joined int `json:"joined"`
-	// BucketBytes came from the bucket: owned ranges and fallbacks.
+	// BucketBytes came from the bucket: owned ranges, fallbacks, and the
+	// objects no other node needs or holds.
 	BucketBytes int64 `json:"bucket_bytes"`
 	// PeerBytes came from peers; LocalBytes from this node's own spool.
 	PeerBytes  int64 `json:"peer_bytes"`

@@ -66,8 +66,15 @@ func (s *source) Get(ctx context.Context, key string, off, length int64) (io.Rea
 	if length >= 0 {
 		end = min(off+length, size+1)
 	}
-	if a == nil || !known || distrusted || size == 0 || !a.shared(key) || off < 0 || off >= end {
-		return s.Store.Get(ctx, key, off, length)
+	if a == nil || !known {
+		return s.Store.Get(ctx, key, off, length) // not the restore's data: its manifest, say
+	}
+	if distrusted || size == 0 || !a.shared(key) || off < 0 || off >= end {
+		rc, err := s.Store.Get(ctx, key, off, length)
+		if err != nil {
+			return nil, err
+		}
+		return readCloser{countReader{rc, &n.stats.bucket}, rc}, nil
 	}
 	return &body{ctx: ctx, s: s, key: key, size: size, segs: split(off, end, size, a.chunk)}, nil
 }
