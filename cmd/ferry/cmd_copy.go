@@ -20,7 +20,6 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // The destination's credentials, when they differ from the source's
@@ -102,25 +101,6 @@ func readCopyOptions(c *cli.Context) (copyOptions, error) {
 	var err error
 	o.bandwidth, err = rateFlag(c, "bandwidth")
 	return o, err
-}
-
-// checkStepChoice checks --step, --last and --all: at most one of them.
-func checkStepChoice(c *cli.Context, step int64, last int, all bool) error {
-	picked := 0
-	for _, set := range []bool{c.IsSet("step"), c.IsSet("last"), all} {
-		if set {
-			picked++
-		}
-	}
-	switch {
-	case picked > 1:
-		return usagef("--step, --last and --all choose the steps: give one of them")
-	case c.IsSet("last") && last < 1:
-		return usagef("--last %d: want the number of newest steps, at least 1", last)
-	case c.IsSet("step") && step < 0:
-		return usagef("--step %d: want a step number, 0 or more", step)
-	}
-	return nil
 }
 
 func runCopy(ctx context.Context, o copyOptions, stdout, stderr io.Writer) error {
@@ -237,29 +217,6 @@ func (e destinationError) UserReason() string {
 		return ""
 	}
 	return ur.UserReason() + " (the destination's: --to-endpoint, --to-profile, or " + envToAccessKey + " and " + envToSecretKey + ")"
-}
-
-// selectSteps returns the committed steps that --step, --last or --all
-// select, newest first: the latest one when none is given.
-func selectSteps(ctx context.Context, st store.Store, loc manifest.Location, step int64, last int, all bool) ([]int64, error) {
-	if step >= 0 {
-		return []int64{step}, nil
-	}
-	limit := 1
-	switch {
-	case all:
-		limit = 0
-	case last > 0:
-		limit = last
-	}
-	steps, err := remote.Steps(ctx, st, loc.Prefix, limit)
-	if err != nil {
-		return nil, err
-	}
-	if len(steps) == 0 {
-		return nil, remote.ErrNoCheckpoint
-	}
-	return steps, nil
 }
 
 // copyStepJSON is one step of copy's result.

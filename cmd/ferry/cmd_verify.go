@@ -15,7 +15,6 @@ import (
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/verify"
 )
 
@@ -68,20 +67,10 @@ func readVerifyOptions(c *cli.Context) (verifyOptions, error) {
 	if c.Args().Len() > 0 {
 		return o, usagef("verify takes no arguments (got %q)", c.Args().First())
 	}
-	picked := 0
-	for _, set := range []bool{c.IsSet("step"), c.IsSet("last"), o.all} {
-		if set {
-			picked++
-		}
+	if err := checkStepChoice(c, o.step, o.last, o.all); err != nil {
+		return o, err
 	}
-	switch {
-	case picked > 1:
-		return o, usagef("--step, --last and --all choose the steps to check: give one of them")
-	case c.IsSet("last") && o.last < 1:
-		return o, usagef("--last %d: want the number of newest steps to check, at least 1", o.last)
-	case c.IsSet("step") && o.step < 0:
-		return o, usagef("--step %d: want a step number, 0 or more", o.step)
-	case o.concurrency < 1 || o.concurrency > 1024:
+	if o.concurrency < 1 || o.concurrency > 1024 {
 		return o, usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
 	}
 	var err error
@@ -151,22 +140,9 @@ type verifyJSON struct {
 
 // stepsToVerify returns the committed steps o selects, newest first.
 func stepsToVerify(ctx context.Context, st store.Store, loc manifest.Location, o verifyOptions) ([]int64, error) {
-	if o.step >= 0 {
-		return []int64{o.step}, nil
-	}
-	limit := 1
-	switch {
-	case o.all:
-		limit = 0
-	case o.last > 0:
-		limit = o.last
-	}
-	steps, err := remote.Steps(ctx, st, loc.Prefix, limit)
+	steps, err := selectSteps(ctx, st, loc, o.step, o.last, o.all)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", loc, err)
-	}
-	if len(steps) == 0 {
-		return nil, fmt.Errorf("verify %s: %w", loc, remote.ErrNoCheckpoint)
 	}
 	return steps, nil
 }
