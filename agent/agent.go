@@ -122,7 +122,11 @@ type Agent struct {
 	mu      sync.Mutex
 	steps   map[int64]*entry
 	changed chan struct{} // closed and replaced on every state change
-	lastErr string
+	// watching closes once Run has listed the bucket's committed steps and
+	// started the watcher: before it, the agent has seen nothing, and a
+	// flush cannot know what it should wait for.
+	watching chan struct{}
+	lastErr  string
 	// remote holds the steps committed in the bucket when the agent started.
 	remote map[int64]bool
 	// counter is the number the next counted step (detect.Step.Counted)
@@ -208,14 +212,15 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		opts:    opts,
-		log:     opts.Logger,
-		journal: j,
-		steps:   map[int64]*entry{},
-		changed: make(chan struct{}),
-		wake:    make(chan struct{}, 1),
-		remote:  map[int64]bool{},
-		counted: map[string]int64{},
+		opts:     opts,
+		log:      opts.Logger,
+		journal:  j,
+		steps:    map[int64]*entry{},
+		changed:  make(chan struct{}),
+		watching: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		remote:   map[int64]bool{},
+		counted:  map[string]int64{},
 	}
 	a.traffic.metrics = opts.Metrics
 	a.counter = a.lastCommitted() + 1
@@ -279,6 +284,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.log.Info("agent started", zap.String("watch", a.opts.Detect.Dir), zap.String("to", a.opts.URL),
 		zap.String("layout", a.watcher.LayoutName()), zap.String("state_dir", a.opts.StateDir))
+	close(a.watching)
 	cancelled := ctx.Done()
 	for {
 		select {

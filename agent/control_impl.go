@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -46,6 +47,13 @@ func (a *Agent) Status() control.Status {
 // complete and counted, then until every step seen is committed or
 // abandoned.
 func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
+	// An agent still starting (listing the bucket, which may be down) has
+	// seen nothing yet: "nothing to flush" would be a lie. Wait for it.
+	select {
+	case <-a.watching:
+	case <-ctx.Done():
+		return a.unfinished(), fmt.Errorf("%w: %w", control.ErrStarting, ctx.Err())
+	}
 	grace := a.opts.Detect.Settle
 	if grace <= 0 {
 		grace = 5 * time.Second

@@ -242,6 +242,8 @@ func (h controlHandler) flush(w http.ResponseWriter, r *http.Request) {
 		// The client left or the agent is stopping; whoever is left to
 		// read this learns the agent stopped.
 		resp.Error = "the agent is stopping"
+	case errors.Is(err, ErrStarting):
+		resp.Error = fmt.Sprintf("flush timed out after %v: %v", timeout, ErrStarting)
 	case errors.Is(err, context.DeadlineExceeded):
 		resp.Error = fmt.Sprintf("flush timed out after %v", timeout)
 	case err != nil:
@@ -289,6 +291,10 @@ func (cl *Client) Status(ctx context.Context) (Status, error) {
 	err := cl.do(ctx, http.MethodGet, "/status", &st)
 	return st, err
 }
+
+// ErrStarting is a Controller's Flush error while the agent has not yet
+// looked at its directory: it cannot know what to wait for.
+var ErrStarting = errors.New("the agent is still starting (listing the committed steps in the bucket, or waiting for it to answer)")
 
 // NotCommittedError is Flush's error when the agent answered but some
 // steps are not durable yet; it names them so scripts can say which.
