@@ -96,22 +96,7 @@ func (n *Node) Finish(ctx context.Context) {
 	if a == nil {
 		return
 	}
-	q := url.Values{"from": {n.self}}
-	var g errgroup.Group
-	for i, addr := range n.cfg.Peers {
-		if i == n.cfg.Self {
-			continue
-		}
-		g.Go(func() error {
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			if resp, err := n.do(ctx, http.MethodPost, addr, "/v1/done", q); err == nil {
-				resp.Body.Close()
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
+	n.sendDone(ctx)
 	served := map[string]bool{}
 	for _, p := range n.peersServed(a) {
 		served[p] = true
@@ -141,6 +126,26 @@ func (n *Node) Finish(ctx context.Context) {
 		}
 		t.Stop()
 	}
+}
+
+// sendDone tells every peer that this node is done, best effort.
+func (n *Node) sendDone(ctx context.Context) {
+	q := url.Values{"from": {n.self}}
+	var g errgroup.Group
+	for i, addr := range n.cfg.Peers {
+		if i == n.cfg.Self {
+			continue
+		}
+		g.Go(func() error {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if resp, err := n.do(ctx, http.MethodPost, addr, "/v1/done", q); err == nil {
+				resp.Body.Close()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
 // unfinished counts the peers Finish still waits for: must, those that

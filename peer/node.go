@@ -1,8 +1,8 @@
 package peer
 
 import (
+	"cmp"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,18 +141,7 @@ func Start(cfg Config) (*Node, error) {
 	case cfg.Self < 0 || cfg.Self >= len(cfg.Peers):
 		return nil, fmt.Errorf("peer: this node's index %d is not in the %d peers", cfg.Self, len(cfg.Peers))
 	}
-	if cfg.Wait <= 0 {
-		cfg.Wait = DefaultWait
-	}
-	if cfg.Linger <= 0 {
-		cfg.Linger = DefaultLinger
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
+	cfg = cfg.withDefaults()
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
@@ -172,20 +161,31 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
 	if cfg.TLS {
-		cert, fp, err := selfCert()
-		if err != nil {
+		if err := n.useTLS(tr); err != nil {
 			ln.Close()
 			cancel()
-			return nil, fmt.Errorf("peer: make a certificate: %w", err)
+			return nil, err
 		}
-		n.certFP = fp
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
-		n.ln = ln
-		tr.DialTLSContext = n.dialTLS
 	}
 	n.client = &http.Client{Transport: tr}
-	n.wg.Go(func() { _ = n.srv.Serve(ln) })
+	n.wg.Go(func() { _ = n.srv.Serve(n.ln) })
 	return n, nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Wait <= 0 {
+		c.Wait = DefaultWait
+	}
+	if c.Linger <= 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
 }
 
 // Addr is the address the node listens on.
@@ -206,6 +206,35 @@ func (n *Node) currentSpool() *spool {
 // ranges from the spool, the others from their owners, and the bucket for
 // anything a peer does not serve.
 func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, error) {
+	if err := n.publish(req); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	p, sp := n.plan, n.spool
+	n.mu.Unlock()
+	plans := n.gatherPlans(ctx, p)
+	a := newAssignment(n.self, req.Chunk, plans)
+	owned := n.expectOwned(a, p, sp)
+	n.mu.Lock()
+	n.assign = a
+	n.servedKeys = map[string]bool{}
+	for _, r := range owned {
+		n.servedKeys[r.key] = true
+	}
+	for key := range n.held {
+		n.servedKeys[key] = true
+	}
+	n.mu.Unlock()
+	close(n.assigned)
+	n.log.Info("restoring with peers", zap.Int("joined", len(plans)-1), zap.Int("peers", len(n.cfg.Peers)-1),
+		zap.Int("ranges_owned", len(owned)), zap.Int("files_held", len(p.Held)))
+	n.wg.Go(func() { n.fetchOwned(owned) })
+	return &source{Store: n.cfg.Bucket, n: n}, nil
+}
+
+// publish makes this node's plan of req and its spool, so that its plan
+// is served from now on.
+func (n *Node) publish(req restore.PeerRequest) error {
 	p := &plan{Step: req.Step, Chunk: req.Chunk, Files: make([]object, len(req.Fetch))}
 	sizes := make(map[string]int64, len(req.Fetch)+len(req.Held))
 	for i, f := range req.Fetch {
@@ -217,49 +246,28 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 	if len(req.Held) > 0 {
 		var err error
 		if root, err = os.OpenRoot(req.Dir); err != nil {
-			return nil, fmt.Errorf("peer: open %s to serve the files it holds: %w", req.Dir, err)
+			return fmt.Errorf("peer: open %s to serve the files it holds: %w", req.Dir, err)
 		}
 		p.Held = addHeld(held, root, req.Held)
 		for _, h := range p.Held {
 			sizes[h.Key] = h.Size
 		}
 	}
-	spoolDir := n.cfg.SpoolDir
-	if spoolDir == "" {
-		spoolDir = req.Dir
-	}
-	sp, err := newSpool(spoolDir)
+	sp, err := newSpool(cmp.Or(n.cfg.SpoolDir, req.Dir))
 	if err != nil {
 		if root != nil {
 			root.Close()
 		}
-		return nil, err
+		return err
 	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.plan, n.spool, n.sizes, n.held = p, sp, sizes, held
 	if root != nil {
 		n.roots = append(n.roots, root)
 	}
 	n.joinedAt = time.Now()
-	n.mu.Unlock()
-	plans := n.gatherPlans(ctx, p)
-	a := newAssignment(n.self, req.Chunk, plans)
-	owned := n.expectOwned(a, p, sp)
-	n.mu.Lock()
-	n.assign = a
-	n.servedKeys = map[string]bool{}
-	for _, r := range owned {
-		n.servedKeys[r.key] = true
-	}
-	for key := range held {
-		n.servedKeys[key] = true
-	}
-	n.mu.Unlock()
-	close(n.assigned)
-	n.log.Info("restoring with peers", zap.Int("joined", len(plans)-1), zap.Int("peers", len(n.cfg.Peers)-1),
-		zap.Int("ranges_owned", len(owned)), zap.Int("files_held", len(held)))
-	n.wg.Go(func() { n.fetchOwned(owned) })
-	return &source{Store: n.cfg.Bucket, n: n}, nil
+	return nil
 }
 
 // gatherPlans asks every peer for its plan until it has one for the same

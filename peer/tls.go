@@ -32,6 +32,19 @@ const (
 	proofHeader = "X-Ferry-Cert-Proof"
 )
 
+// useTLS makes this node's certificate, serves with it, and asks its
+// peers over TLS through tr.
+func (n *Node) useTLS(tr *http.Transport) error {
+	cert, fp, err := selfCert()
+	if err != nil {
+		return fmt.Errorf("peer: make a certificate: %w", err)
+	}
+	n.certFP = fp
+	n.ln = tls.NewListener(n.ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+	tr.DialTLSContext = n.dialTLS
+	return nil
+}
+
 // selfCert makes this node's certificate and returns its fingerprint.
 func selfCert() (tls.Certificate, string, error) {
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
