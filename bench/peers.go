@@ -317,27 +317,9 @@ func (b *bench) peersOnce(ctx context.Context, c *peersCase, n int, mode string)
 			return run, err
 		}
 	}
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	errs := make([]*tailBuffer, n)
-	for i := range n {
-		dir, state := filepath.Join(root, fmt.Sprintf("node-%d", i)), filepath.Join(root, fmt.Sprintf("state-%d", i))
-		if err := os.MkdirAll(state, 0o755); err != nil {
-			return run, err
-		}
-		argv := []string{b.cfg.ferry, "restore", "--json", "--quiet", "--from", "s3://" + bucket + "/" + c.prefix, "--to", dir}
-		if c.ranked != nil {
-			argv = append(argv, "--ranks", fmt.Sprint(i))
-		}
-		if mode == modePeers {
-			argv = append(argv, "--peers", strings.Join(addrs, ","), "--peer-rank", fmt.Sprint(i), "--peer-listen", addrs[i])
-		}
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = append(append([]string(nil), b.ts.env...), "S3_ENDPOINT_URL="+b.srv.endpoint, "FERRY_STATE_DIR="+state)
-		outs[i], errs[i] = &bytes.Buffer{}, &tailBuffer{}
-		cmd.Stdout, cmd.Stderr = outs[i], errs[i]
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		cmds[i] = cmd
+	cmds, outs, errs, err := b.peersCommands(ctx, c, n, mode, root, addrs)
+	if err != nil {
+		return run, err
 	}
 	settle()
 	b.coldStart()
@@ -385,34 +367,71 @@ func (b *bench) peersOnce(ctx context.Context, c *peersCase, n int, mode string)
 		if err := json.Unmarshal(outs[i].Bytes(), &s); err != nil {
 			return run, fmt.Errorf("node %d: read --json: %w: %q", i, err, outs[i].String())
 		}
-		run.NodeWallS = append(run.NodeWallS, ends[i].Seconds())
-		run.NodeRestoreS = append(run.NodeRestoreS, s.Seconds)
-		run.ClientCPUS += cmd.ProcessState.UserTime().Seconds() + cmd.ProcessState.SystemTime().Seconds()
-		run.GETs += s.Requests["GetObject"]
-		for _, v := range s.Requests {
-			run.Requests += v
-		}
-		if p := s.Peers; p != nil {
-			run.BucketBytes += p.BucketBytes
-			run.PeerBytes += p.PeerBytes
-			run.LocalBytes += p.LocalBytes
-			run.ServedBytes += p.ServedBytes
-			run.Fallbacks += p.Fallbacks
-			run.Dropped += len(p.Dropped)
-			if i == 0 || p.Joined < run.MinJoined {
-				run.MinJoined = p.Joined
-			}
-		} else {
-			if mode == modePeers && n > 1 {
-				return run, fmt.Errorf("node %d: --json has no peers object", i)
-			}
-			run.BucketBytes += s.BytesDownloaded
+		if err := run.add(i, s, cmd.ProcessState, ends[i]); err != nil {
+			return run, err
 		}
 	}
 	if err := b.checkPeersTrees(ctx, c, root, n); err != nil {
 		return run, err
 	}
 	return run, os.RemoveAll(root)
+}
+
+// peersCommands builds the n restore commands of one run, each into its
+// own folder below root, with --peers when mode says so.
+func (b *bench) peersCommands(ctx context.Context, c *peersCase, n int, mode, root string, addrs []string) ([]*exec.Cmd, []*bytes.Buffer, []*tailBuffer, error) {
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	errs := make([]*tailBuffer, n)
+	for i := range n {
+		dir, state := filepath.Join(root, fmt.Sprintf("node-%d", i)), filepath.Join(root, fmt.Sprintf("state-%d", i))
+		if err := os.MkdirAll(state, 0o755); err != nil {
+			return nil, nil, nil, err
+		}
+		argv := []string{b.cfg.ferry, "restore", "--json", "--quiet", "--from", "s3://" + bucket + "/" + c.prefix, "--to", dir}
+		if c.ranked != nil {
+			argv = append(argv, "--ranks", fmt.Sprint(i))
+		}
+		if mode == modePeers {
+			argv = append(argv, "--peers", strings.Join(addrs, ","), "--peer-rank", fmt.Sprint(i), "--peer-listen", addrs[i])
+		}
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = append(append([]string(nil), b.ts.env...), "S3_ENDPOINT_URL="+b.srv.endpoint, "FERRY_STATE_DIR="+state)
+		outs[i], errs[i] = &bytes.Buffer{}, &tailBuffer{}
+		cmd.Stdout, cmd.Stderr = outs[i], errs[i]
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmds[i] = cmd
+	}
+	return cmds, outs, errs, nil
+}
+
+// add counts node i's --json summary, process and wall into the run.
+func (run *peersRun) add(i int, s restoreJSON, ps *os.ProcessState, end time.Duration) error {
+	run.NodeWallS = append(run.NodeWallS, end.Seconds())
+	run.NodeRestoreS = append(run.NodeRestoreS, s.Seconds)
+	run.ClientCPUS += ps.UserTime().Seconds() + ps.SystemTime().Seconds()
+	run.GETs += s.Requests["GetObject"]
+	for _, v := range s.Requests {
+		run.Requests += v
+	}
+	p := s.Peers
+	if p == nil {
+		if run.Mode == modePeers && run.Nodes > 1 {
+			return fmt.Errorf("node %d: --json has no peers object", i)
+		}
+		run.BucketBytes += s.BytesDownloaded
+		return nil
+	}
+	run.BucketBytes += p.BucketBytes
+	run.PeerBytes += p.PeerBytes
+	run.LocalBytes += p.LocalBytes
+	run.ServedBytes += p.ServedBytes
+	run.Fallbacks += p.Fallbacks
+	run.Dropped += len(p.Dropped)
+	if i == 0 || p.Joined < run.MinJoined {
+		run.MinJoined = p.Joined
+	}
+	return nil
 }
 
 // checkPeersTrees checks that node i's directory holds exactly the files

@@ -309,6 +309,7 @@ func (n *Node) gatherPlans(ctx context.Context, own *plan) map[string]*plan {
 // peerPlan polls addr for its plan until it answers or ctx ends.
 func (n *Node) peerPlan(ctx context.Context, addr string, own *plan) (*plan, error) {
 	var last error
+	delay := 10 * time.Millisecond
 	for {
 		nonce := newNonce()
 		q := url.Values{"from": {n.self}, "nonce": {nonce}, "step": {strconv.FormatInt(own.Step, 10)}, "chunk": {strconv.FormatInt(own.Chunk, 10)}}
@@ -330,9 +331,11 @@ func (n *Node) peerPlan(ctx context.Context, addr string, own *plan) (*plan, err
 			err = fmt.Errorf("answered %s", resp.Status)
 		}
 		last = err
-		if ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
+		// Peers start together: ask again soon, then less often.
+		if ctxtime.Sleep(ctx, delay) != nil {
 			return nil, fmt.Errorf("no plan within the wait: %w", last)
 		}
+		delay = min(2*delay, 200*time.Millisecond)
 	}
 }
 
