@@ -148,16 +148,21 @@ func (n *Node) sendDone(ctx context.Context) {
 	_ = g.Wait()
 }
 
-// unfinished counts the peers Finish still waits for: must, those that
-// need this node's ranges or have read its plan, until they are done or
-// dropped (at most Linger); maybe, those not heard from yet, which may
-// still join until showUpEnd (Wait after this node joined). signal closes
+// unfinished counts the peers Finish still waits for, if this node serves
+// anything: must, those that need its ranges, or that read its plan
+// without being in its view, until they are done or dropped (at most
+// Linger); maybe, those not heard from yet, which may still join until
+// showUpEnd (Wait after this node joined). signal closes
 // at the next done notice or plan read.
 func (n *Node) unfinished(served map[string]bool) (must, maybe int, signal chan struct{}, showUpEnd time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	serves := len(n.servedKeys) > 0
 	for i, p := range n.cfg.Peers {
-		if i == n.cfg.Self || n.doneFrom[p] || n.dropped[p] != "" || n.seeds[p] {
+		// A peer whose plan this node has knows what to ask it (served);
+		// one that joined later and read its plan might ask for what it
+		// serves; a node that serves nothing waits for nobody.
+		if i == n.cfg.Self || !serves || n.doneFrom[p] || n.dropped[p] != "" || n.seeds[p] || (n.inView[p] && !served[p]) {
 			continue
 		}
 		if served[p] || n.planRead[p] {

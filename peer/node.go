@@ -98,6 +98,7 @@ type Node struct {
 	planRead   map[string]bool   // peers that have read this node's plan
 	pinned     map[string]string // peer address -> the certificate fingerprint it proved (TLS)
 	seeds      map[string]bool   // peers that only serve (Seed)
+	inView     map[string]bool   // peers whose plans this node has
 	certFP     string            // this node's certificate fingerprint (TLS)
 	changed    chan struct{}     // closed and replaced at each done notice or plan read
 	joinedAt   time.Time
@@ -151,7 +152,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
-		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, seeds: map[string]bool{}, assigned: make(chan struct{}), dropped: map[string]string{},
+		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, seeds: map[string]bool{}, inView: map[string]bool{}, assigned: make(chan struct{}), dropped: map[string]string{},
 		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}}
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -213,6 +214,11 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 	p, sp := n.plan, n.spool
 	n.mu.Unlock()
 	plans := n.gatherPlans(ctx, p)
+	n.mu.Lock()
+	for addr := range plans {
+		n.inView[addr] = true
+	}
+	n.mu.Unlock()
 	a := newAssignment(n.self, req.Chunk, plans)
 	owned := n.expectOwned(a, p, sp)
 	n.mu.Lock()
