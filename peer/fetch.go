@@ -148,27 +148,23 @@ func (n *Node) sendDone(ctx context.Context) {
 	_ = g.Wait()
 }
 
-// unfinished counts the peers Finish still waits for, if this node serves
-// anything: must, those that need its ranges, or that read its plan
-// without being in its view, until they are done or dropped (at most
-// Linger); maybe, those not heard from yet, which may still join until
-// showUpEnd (Wait after this node joined). signal closes
-// at the next done notice or plan read.
+// unfinished counts the peers Finish still waits for. maybe: those that
+// have not read this node's plan yet and may still be asking for it, until
+// showUpEnd (Wait after this node joined: leaving earlier would make them
+// wait that long for nothing). must, if this node serves anything: those
+// that read its plan and need its ranges, or that it knows nothing of,
+// until they are done or dropped (at most Linger).
 func (n *Node) unfinished(served map[string]bool) (must, maybe int, signal chan struct{}, showUpEnd time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	serves := len(n.servedKeys) > 0
 	for i, p := range n.cfg.Peers {
-		// A peer whose plan this node has knows what to ask it (served);
-		// one that joined later and read its plan might ask for what it
-		// serves; a node that serves nothing waits for nobody.
-		if i == n.cfg.Self || !serves || n.doneFrom[p] || n.dropped[p] != "" || n.seeds[p] || (n.inView[p] && !served[p]) {
-			continue
-		}
-		if served[p] || n.planRead[p] {
-			must++
-		} else {
+		switch {
+		case i == n.cfg.Self || n.doneFrom[p] || n.dropped[p] != "" || n.seeds[p]:
+		case !n.planRead[p]:
 			maybe++
+		case serves && (served[p] || !n.inView[p]):
+			must++
 		}
 	}
 	return must, maybe, n.changed, n.joinedAt.Add(n.cfg.Wait)
