@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
@@ -59,17 +59,7 @@ func writeTree(t *testing.T, dir string, files map[string]int) {
 // push commits step n of dir at the source.
 func push(t *testing.T, st store.Store, dir string, n int64) *manifest.Manifest {
 	t.Helper()
-	s, _, err := detect.Gather([]string{dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Number = n
-	res, err := uploader.Destination{Store: st, Location: "s3://b/run", Prefix: "run"}.Push(t.Context(), s,
-		uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Manifest
+	return steptest.Push(t, st, "run", dir, n, uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}})
 }
 
 // restoreEqual restores step n from the destination and compares every
@@ -327,23 +317,13 @@ func TestCopyConflict(t *testing.T) {
 	writeTree(t, other, map[string]int{"model.pt": 100})
 	push(t, s.from, dir, 100)
 	_, err := uploader.Destination{Store: s.to, Location: "s3://b/moved/run", Prefix: "moved/run"}.Push(t.Context(),
-		gather(t, other, 100), uploader.PushOptions{})
+		steptest.Gather(t, other, 100), uploader.PushOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := CopyStep(t.Context(), s.options(), 100); !errors.Is(err, ErrConflict) {
 		t.Fatalf("copy onto a different step: %v, want ErrConflict", err)
 	}
-}
-
-func gather(t *testing.T, dir string, n int64) detect.Step {
-	t.Helper()
-	s, _, err := detect.Gather([]string{dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Number = n
-	return s
 }
 
 func readAll(t *testing.T, st store.Store, key string) []byte {
@@ -372,7 +352,7 @@ func TestCopyPublishesALaterRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeTree(t, dir, map[string]int{"late-rank.pt": 5000})
-	_, err := uploader.Destination{Store: s.from, Location: "s3://b/run", Prefix: "run"}.Push(t.Context(), gather(t, dir, 100),
+	_, err := uploader.Destination{Store: s.from, Location: "s3://b/run", Prefix: "run"}.Push(t.Context(), steptest.Gather(t, dir, 100),
 		uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}, Revise: true})
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +373,7 @@ func TestCopyPublishesALaterRevision(t *testing.T) {
 	// The destination moves on on its own: its revision 2 is not the
 	// source's revision 1.
 	writeTree(t, dir, map[string]int{"late-rank.pt": 6000})
-	_, err = uploader.Destination{Store: s.to, Location: "s3://b/moved/run", Prefix: "moved/run"}.Push(t.Context(), gather(t, dir, 100),
+	_, err = uploader.Destination{Store: s.to, Location: "s3://b/moved/run", Prefix: "moved/run"}.Push(t.Context(), steptest.Gather(t, dir, 100),
 		uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}, Revise: true})
 	if err != nil {
 		t.Fatal(err)

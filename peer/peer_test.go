@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
@@ -60,14 +60,7 @@ func step(t *testing.T, sizes ...int) (store.Store, string) {
 			t.Fatal(err)
 		}
 	}
-	s, _, err := detect.Gather([]string{dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Number = 1
-	if _, err := (uploader.Destination{Store: st, Location: "s3://b/run", Prefix: "run"}).Push(t.Context(), s, uploader.PushOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	steptest.Push(t, st, "run", dir, 1, uploader.PushOptions{})
 	return st, dir
 }
 

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
@@ -68,13 +68,5 @@ func BenchmarkRestore(b *testing.B) {
 // pushDir commits the files under src as step 1 under prefix.
 func pushDir(b testing.TB, st store.Store, src, prefix string) {
 	b.Helper()
-	s, _, err := detect.Gather([]string{src}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Number = 1
-	dest := uploader.Destination{Store: st, Location: "s3://bench/" + prefix, Prefix: prefix}
-	if _, err := dest.Push(context.Background(), s, uploader.PushOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	steptest.Push(b, st, prefix, src, 1, uploader.PushOptions{})
 }

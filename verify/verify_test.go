@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
@@ -44,17 +44,7 @@ func (c *counting) Get(ctx context.Context, key string, off, n int64) (io.ReadCl
 // pushStep commits step n of the files under dir and returns its manifest.
 func pushStep(t *testing.T, st store.Store, dir string, n int64) *manifest.Manifest {
 	t.Helper()
-	s, _, err := detect.Gather([]string{dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Number = n
-	res, err := uploader.Destination{Store: st, Location: "s3://b/run", Prefix: "run"}.Push(t.Context(), s,
-		uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Manifest
+	return steptest.Push(t, st, "run", dir, n, uploader.PushOptions{Upload: uploader.Options{PartSize: 5 << 20}})
 }
 
 func writeFiles(t *testing.T, dir string, sizes ...int) {
