@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -115,7 +116,8 @@ func (o Options) withDefaults() Options {
 	if o.PartSize <= 0 {
 		o.PartSize = DefaultPartSize
 	}
-	o.PartSize = min(max(powerOfTwoFloor(o.PartSize), 8<<20), 1<<30)
+	// A power of two: every part a complete BLAKE3 subtree.
+	o.PartSize = min(max(blake3tree.RangeSize(o.PartSize), 8<<20), 1<<30)
 	if o.Memory <= 0 {
 		o.Memory = DefaultMemory
 	}
@@ -215,12 +217,4 @@ func (c *copier) add(f func(r *StepResult)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f(&c.res)
-}
-
-func powerOfTwoFloor(n int64) int64 {
-	p := int64(1)
-	for p*2 <= n {
-		p *= 2
-	}
-	return p
 }
