@@ -177,20 +177,15 @@ func checkTwoLocations(o copyOptions) error {
 // openDestination opens the --to store with the destination's endpoint,
 // region and credentials.
 func openDestination(ctx context.Context, o copyOptions, log *zap.Logger, counters *s3store.Counters) (*s3store.Store, manifest.Location, error) {
-	loc, err := parseLocation("to", o.dest)
-	if err != nil {
-		return nil, manifest.Location{}, err
-	}
-	cfg := s3store.Config{Endpoint: o.to.Endpoint, Region: o.to.Region, Profile: o.to.Profile, Bucket: loc.Bucket,
-		MaxConns: o.concurrency, Logger: log, OnRequest: counters.Count}
 	key, secret := os.Getenv(envToAccessKey), os.Getenv(envToSecretKey)
 	if o.to.Profile == o.remote.Profile && (key != "") != (secret != "") {
 		return nil, manifest.Location{}, usagef("set both %s and %s for the destination, or neither", envToAccessKey, envToSecretKey)
 	}
-	if o.to.Profile == o.remote.Profile && key != "" {
-		cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken = key, secret, os.Getenv(envToSessionToken)
+	to := o.to
+	if to.Profile == o.remote.Profile && key != "" {
+		to.AccessKeyID, to.SecretAccessKey, to.SessionToken = key, secret, os.Getenv(envToSessionToken)
 	}
-	st, err := s3store.New(ctx, cfg)
+	st, loc, err := openStore(ctx, to, "to", o.dest, log, o.concurrency, counters)
 	if err != nil {
 		return nil, manifest.Location{}, err
 	}

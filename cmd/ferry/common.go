@@ -38,8 +38,11 @@ func commonFlags() []cli.Flag {
 // lower layers never see cli.Context.
 type remoteOptions struct {
 	Endpoint, Region, Profile string
-	LogLevel, LogFormat       string
-	Quiet                     bool
+	// AccessKeyID, SecretAccessKey and SessionToken, when set, replace the
+	// credential chain (copy's destination keys); no flag sets them.
+	AccessKeyID, SecretAccessKey, SessionToken string
+	LogLevel, LogFormat                        string
+	Quiet                                      bool
 }
 
 func readRemoteOptions(c *cli.Context) remoteOptions {
@@ -85,10 +88,11 @@ func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.
 		return nil, manifest.Location{}, err
 	}
 	st, err := s3store.New(ctx, s3store.Config{
-		Endpoint: o.Endpoint,
-		Region:   o.Region,
-		Profile:  o.Profile,
-		Bucket:   loc.Bucket,
+		Endpoint:    o.Endpoint,
+		Region:      o.Region,
+		Profile:     o.Profile,
+		Bucket:      loc.Bucket,
+		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey, SessionToken: o.SessionToken,
 		MaxConns: maxConns,
 		Logger:   log,
 		OnRequest: func(op string) {
