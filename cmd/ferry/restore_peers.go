@@ -74,12 +74,10 @@ func (o *peerOptions) start(ctx context.Context, st *s3store.Store, loc manifest
 		log.Info("--peers lists this node alone: restoring from the bucket")
 		return nil, cleanup, nil
 	}
-	key := peer.KeyFromToken(o.token)
-	if o.token == "" {
-		if key, err = st.DeriveKey(ctx, peer.KeyLabel(loc.Bucket, loc.Prefix)); err != nil {
-			cleanup()
-			return nil, nil, fmt.Errorf("--peers: %w (give --peer-token)", err)
-		}
+	key, err := peerKey(ctx, st, loc, o.token, "--peers")
+	if err != nil {
+		cleanup()
+		return nil, nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		cleanup()
@@ -173,12 +171,9 @@ func startSeed(ctx context.Context, o agentOptions, st *s3store.Store, loc manif
 	if _, _, err := net.SplitHostPort(o.servePeers); err != nil {
 		return nil, usagef("--serve-peers %q: want host:port or :port", o.servePeers)
 	}
-	key := peer.KeyFromToken(o.peerToken)
-	if o.peerToken == "" {
-		var err error
-		if key, err = st.DeriveKey(ctx, peer.KeyLabel(loc.Bucket, loc.Prefix)); err != nil {
-			return nil, fmt.Errorf("--serve-peers: %w (give --peer-token)", err)
-		}
+	key, err := peerKey(ctx, st, loc, o.peerToken, "--serve-peers")
+	if err != nil {
+		return nil, err
 	}
 	n, err := peer.Seed(peer.Config{Bucket: st, Key: key, Listen: o.servePeers, TLS: o.peerTLS, Limiter: limiter, Logger: log}, a.Holdings)
 	if err != nil {
@@ -186,4 +181,17 @@ func startSeed(ctx context.Context, o agentOptions, st *s3store.Store, loc manif
 	}
 	log.Info("serving committed steps to restoring peers", zap.String("addr", n.Addr()))
 	return n, nil
+}
+
+// peerKey is the key peers sign with: from --peer-token, else derived
+// from the store credentials for this bucket and prefix.
+func peerKey(ctx context.Context, st *s3store.Store, loc manifest.Location, token, flag string) ([]byte, error) {
+	if token != "" {
+		return peer.KeyFromToken(token), nil
+	}
+	key, err := st.DeriveKey(ctx, peer.KeyLabel(loc.Bucket, loc.Prefix))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (give --peer-token)", flag, err)
+	}
+	return key, nil
 }
