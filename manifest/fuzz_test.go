@@ -19,6 +19,9 @@ const corpusDir = "testdata/manifests"
 // accept it, else a text the error must contain (the field it names).
 var corpusWant = map[string]string{
 	"valid-1.0.json":                     "",
+	"valid-3.0-packed.json":              "",
+	"reject-pack-past-end.json":          "files[1]: offset 11",
+	"reject-pack-in-format-1.json":       "packs need format 3",
 	"valid-1.1-nodes.json":               "",
 	"valid-empty.json":                   "",
 	"valid-future-minor.json":            "",
@@ -34,7 +37,7 @@ var corpusWant = map[string]string{
 	"reject-key-outside-prefix.json":     "files[0].key",
 	"reject-key-escaping-prefix.json":    "files[0].key",
 	"reject-bad-hash.json":               "files[0].blake3",
-	"reject-format-3.json":               "field format",
+	"reject-format-4.json":               "field format",
 	"reject-sharded-without-shards.json": "field shards",
 	"reject-format-missing.json":         "field format",
 	"reject-format-number.json":          "not valid JSON",

@@ -36,7 +36,10 @@ import (
 // not. Readers accept 1.x and 2.x and reject other major versions. 1.1
 // added the nodes field of a manifest and part manifests, 1.2 the layout
 // field, 1.3 the revision field; older 1.x readers ignore fields they do
-// not know. 1.x readers reject 2.0.
+// not know. 1.x readers reject 2.0. A manifest with packed files (File.
+// PackSize, see packs.go) is written as PackedFormat (3.0), sharded or not,
+// which 1.x and 2.x readers reject with "upgrade ferry" rather than read a
+// pack as one file.
 const FormatVersion = "1.3"
 
 // MaxNodes is the largest number of nodes the part keys can represent.
@@ -97,6 +100,13 @@ type File struct {
 	// Rank is the training rank the file belongs to, when the layout says;
 	// nil for files shared by all ranks.
 	Rank *int `json:"rank,omitempty"`
+	// PackSize is the size of the object Key when the file is packed with
+	// other small files into that one object (format 3), 0 when the file
+	// is an object of its own.
+	PackSize int64 `json:"pack_size,omitempty"`
+	// Offset is where a packed file's Size bytes start in its pack; 0 for
+	// a file that is an object of its own.
+	Offset int64 `json:"offset,omitempty"`
 }
 
 // Symlink is a symbolic link inside the checkpoint.
@@ -117,7 +127,14 @@ func (m *Manifest) TotalBytes() int64 {
 }
 
 // Encode returns the manifest as indented JSON with a trailing newline.
+// A manifest with packed files is written as format 3 whatever its Format
+// says (see FormatFor).
 func Encode(m *Manifest) ([]byte, error) {
+	if f := FormatFor(m.Format, m.Files); f != m.Format {
+		c := *m
+		c.Format = f
+		m = &c
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest: %w", err)
@@ -181,8 +198,8 @@ func checkFormat(v string) error {
 	if v == "" {
 		return fmt.Errorf("manifest field format: missing")
 	}
-	if major != "1" && major != "2" {
-		return fmt.Errorf("manifest field format: version %q not supported (this ferry reads 1.x and 2.x; upgrade ferry)", v)
+	if major != "1" && major != "2" && major != "3" {
+		return fmt.Errorf("manifest field format: version %q not supported (this ferry reads 1.x, 2.x and 3.x; upgrade ferry)", v)
 	}
 	return nil
 }

@@ -91,7 +91,7 @@ func TestValidateRejects(t *testing.T) {
 }
 
 func TestDecodeRejectsFutureMajorAndGarbage(t *testing.T) {
-	if _, err := DecodeBytes([]byte(`{"format":"3.0","step":1}`), "run"); err == nil || !strings.Contains(err.Error(), "not supported") {
+	if _, err := DecodeBytes([]byte(`{"format":"4.0","step":1}`), "run"); err == nil || !strings.Contains(err.Error(), "not supported") {
 		t.Fatalf("future major: %v", err)
 	}
 	if _, err := DecodeBytes([]byte(`{"format":"1.7","step":1,"created":"2026-01-01T00:00:00Z","files":[],"future_field":true}`), "run"); err != nil {

@@ -59,7 +59,13 @@ func ValidatePart(p *Part, prefix string) error {
 }
 
 // EncodePart returns the part as indented JSON with a trailing newline.
+// Packed files make it format 3, as in Encode.
 func EncodePart(p *Part) ([]byte, error) {
+	if f := FormatFor(p.Format, p.Files); f != p.Format {
+		c := *p
+		c.Format = f
+		p = &c
+	}
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode part manifest: %w", err)

@@ -87,7 +87,7 @@ func NeedsShards(m *Manifest) bool {
 // (unranked last) and sorted by path within a shard, the shards' keys under
 // the step's data prefix for the writer attempt attempt. It hands each
 // shard, described, with its bytes to put, one at a time and in order, and
-// returns the manifest to commit: format 2.0, the shards listed, no files
+// returns the manifest to commit: format 2.0 (3.0 with packed files), the shards listed, no files
 // inline. An error from put is returned as it is.
 func EncodeShards(m *Manifest, prefix, attempt string, put func(sh Shard, data []byte) error) (*Manifest, error) {
 	files := append([]File(nil), m.Files...)
@@ -111,7 +111,7 @@ func EncodeShards(m *Manifest, prefix, attempt string, put func(sh Shard, data [
 		shards = append(shards, sh)
 	}
 	h := *m
-	h.Format, h.Files, h.Shards = ShardedFormat, nil, shards
+	h.Format, h.Files, h.Shards = FormatFor(ShardedFormat, m.Files), nil, shards
 	return &h, nil
 }
 
@@ -203,7 +203,7 @@ func checkShards(m *Manifest, prefix string) error {
 	switch {
 	case major == "1" && m.Sharded():
 		return errors.New("manifest field shards: not allowed in format 1")
-	case major == "1":
+	case major == "1" || major == "3" && !m.Sharded():
 		return nil
 	case !m.Sharded():
 		return fmt.Errorf("manifest field shards: format %s needs at least one", m.Format)

@@ -63,6 +63,8 @@ func Validate(m *Manifest, prefix string) error {
 	}
 	seen := make(map[string]string, len(m.Files)+len(m.Symlinks))
 	keyPrefix := DataPrefix(prefix)
+	major, _, _ := strings.Cut(m.Format, ".")
+	packs := map[string]int64{}
 	for i, f := range m.Files {
 		field := fmt.Sprintf("files[%d]", i)
 		if err := checkPath(f.Path); err != nil {
@@ -83,6 +85,9 @@ func Validate(m *Manifest, prefix string) error {
 		}
 		if err := checkPartSize(f.PartSize, f.Size); err != nil {
 			return fmt.Errorf("manifest field %s.part_size: %w", field, err)
+		}
+		if err := checkPack(f, major, packs); err != nil {
+			return fmt.Errorf("manifest field %s: %w", field, err)
 		}
 		if f.Rank != nil && (*f.Rank < 0 || *f.Rank > maxRank) {
 			return fmt.Errorf("manifest field %s.rank: %d out of range", field, *f.Rank)
