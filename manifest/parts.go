@@ -154,5 +154,6 @@ func MergeParts(parts []*Part) (*Manifest, error) {
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	sort.Slice(m.Symlinks, func(i, j int) bool { return m.Symlinks[i].Path < m.Symlinks[j].Path })
+	m.Format = FormatFor(m.Format, m.Files)
 	return m, nil
 }

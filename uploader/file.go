@@ -55,6 +55,7 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 				return manifest.File{}, err
 			}
 			mf.BLAKE3, mf.Key, mf.PartSize = pre.blake3, f.Reuse.Key, f.Reuse.PartSize
+			mf.PackSize, mf.Offset = f.Reuse.PackSize, f.Reuse.Offset
 			u.stats.dedupFiles.Add(1)
 			u.stats.dedupBytes.Add(stamp.Size)
 			u.durable(stamp.Size)

@@ -129,8 +129,14 @@ func TestPushRoundTripSizes(t *testing.T) {
 		if f.Size != int64(len(data)) || f.BLAKE3 != b3(data) {
 			t.Errorf("%s: manifest size %d hash %s, want %d %s", f.Path, f.Size, f.BLAKE3, len(data), b3(data))
 		}
-		if got := readObject(t, st, f.Key); !bytes.Equal(got, data) {
+		obj := readObject(t, st, f.Key)
+		if int64(len(obj)) != f.ObjectSize() {
+			t.Errorf("%s: object %s has %d bytes, manifest says %d", f.Path, f.Key, len(obj), f.ObjectSize())
+		} else if got := obj[f.Offset : f.Offset+f.Size]; !bytes.Equal(got, data) {
 			t.Errorf("%s: object bytes differ from the file", f.Path)
+		}
+		if f.Packed() != (f.Size < PackFileLimit) {
+			t.Errorf("%s: %d bytes, packed %v; want files under %d bytes packed", f.Path, f.Size, f.Packed(), PackFileLimit)
 		}
 		wantPart := int64(0)
 		if f.Size > testPart {

@@ -91,7 +91,11 @@ type Options struct {
 	// set). Pages that were cached, such as a checkpoint just written,
 	// stay as the kernel decides.
 	DropCache bool
-	Logger    *zap.Logger
+	// PackKey, when set, names the pack objects (see pack.go) that files
+	// smaller than PackFileLimit are sent in: name is unique to the pack's
+	// content. Without it every file is an object of its own.
+	PackKey func(name string) string
+	Logger  *zap.Logger
 }
 
 // File is a local file to upload to Key.
@@ -206,19 +210,47 @@ func (u *Uploader) singlePutLimit() int64 {
 // them.
 func (u *Uploader) Upload(ctx context.Context, files []File) ([]manifest.File, error) {
 	out := make([]manifest.File, len(files))
+	whole := make([]int, len(files))
+	for i := range whole {
+		whole[i] = i
+	}
+	var packs [][]packMember
+	if u.opts.PackKey != nil {
+		whole, packs = planPacks(files)
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	// Hashing passes run ahead of the sends but are bounded too: a file
-	// waits for a hashing slot, so at most Concurrency files are open.
+	// (or pack) waits for a hashing slot, so at most Concurrency are open.
 	hashers := make(chan struct{}, u.opts.Concurrency)
 	var mu sync.Mutex
-	for i, f := range files {
+	start := func(run func() error) bool {
 		select {
 		case hashers <- struct{}{}:
 		case <-ctx.Done():
-			return nil, waitErr(g, ctx)
+			return false
 		}
 		g.Go(func() error {
 			defer func() { <-hashers }()
+			return run()
+		})
+		return true
+	}
+	for _, p := range packs {
+		if !start(func() error {
+			entries, err := u.uploadPack(ctx, p)
+			mu.Lock()
+			for k, e := range entries {
+				out[p[k].i] = e
+			}
+			mu.Unlock()
+			return err
+		}) {
+			return nil, waitErr(g, ctx)
+		}
+	}
+	for _, i := range whole {
+		f := files[i]
+		if !start(func() error {
 			mf, err := u.uploadFile(ctx, f)
 			if err != nil {
 				return fmt.Errorf("upload %s: %w", f.RelPath, err)
@@ -227,7 +259,9 @@ func (u *Uploader) Upload(ctx context.Context, files []File) ([]manifest.File, e
 			out[i] = mf
 			mu.Unlock()
 			return nil
-		})
+		}) {
+			return nil, waitErr(g, ctx)
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err

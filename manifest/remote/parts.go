@@ -42,8 +42,9 @@ func GetPart(ctx context.Context, st store.Store, prefix string, set manifest.Pa
 // If an identical part (same files, sizes, hashes and symlinks) is already
 // there, it returns that one and written=false: a node that re-runs a step
 // after a crash succeeds. A different part fails with ErrPartConflict and
-// changes nothing.
+// changes nothing. It sets p.Format to the version p's content needs.
 func PutPart(ctx context.Context, st store.Store, prefix string, p *manifest.Part) (stored *manifest.Part, written bool, err error) {
+	p.Format = manifest.FormatFor(p.Format, p.Files)
 	if err := manifest.ValidatePart(p, prefix); err != nil {
 		return nil, false, fmt.Errorf("step %d: refusing invalid part manifest: %w", p.Step, err)
 	}

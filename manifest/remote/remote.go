@@ -21,8 +21,10 @@ var ErrConflict = errors.New("step already committed with different content")
 // conditional PUT. If the step is already committed with the same content
 // (same files, sizes and hashes, same symlinks) it returns the existing
 // manifest and committed=false; with different content it returns
-// ErrConflict and changes nothing.
+// ErrConflict and changes nothing. It sets m.Format to the version m's
+// content needs (manifest.FormatFor: 3.0 with packed files).
 func Commit(ctx context.Context, st store.Store, prefix string, m *manifest.Manifest) (existing *manifest.Manifest, committed bool, err error) {
+	m.Format = manifest.FormatFor(m.Format, m.Files)
 	if err := manifest.Validate(m, prefix); err != nil {
 		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
 	}

@@ -62,7 +62,7 @@ func Revise(ctx context.Context, st store.Store, prefix string, step int64, next
 
 // replace writes m over its step's manifest, if that still has etag.
 func replace(ctx context.Context, st store.Store, prefix, etag string, m *manifest.Manifest) (*manifest.Manifest, error) {
-	m.Format, m.Shards = manifest.FormatVersion, nil
+	m.Format, m.Shards = manifest.FormatFor(manifest.FormatVersion, m.Files), nil
 	m.Created = time.Now().UTC().Truncate(time.Millisecond)
 	if err := manifest.Validate(m, prefix); err != nil {
 		return nil, fmt.Errorf("refusing invalid manifest: %w", err)
