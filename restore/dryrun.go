@@ -27,9 +27,13 @@ type Plan struct {
 
 // split returns the planned files not already in place with the
 // manifest's size, in plan order (those the restore will download), and
-// those that are.
+// those that are, for the peers: packed files are left out of both, as
+// they are always read from the bucket.
 func (p *plan) split() (fetch []manifest.File, held []HeldFile) {
 	for _, j := range p.files {
+		if j.file.Packed() {
+			continue // read from the bucket, never from peers
+		}
 		if !j.absent {
 			if fi, err := os.Lstat(filepath.Join(p.root, j.rel)); err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size {
 				held = append(held, HeldFile{File: j.file, Path: j.rel})
@@ -46,19 +50,40 @@ func (p *plan) split() (fetch []manifest.File, held []HeldFile) {
 func summarize(p *plan, chunk int64) Plan {
 	var s Plan
 	s.Symlinks = len(p.links)
-	for _, j := range p.files {
-		gets := int64(chunks(j.file.Size, chunk))
-		if !j.absent {
-			if fi, err := os.Lstat(filepath.Join(p.root, j.rel)); err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size {
-				s.Present++
-				s.PresentBytes += j.file.Size
-				s.PresentGETs += gets
-				continue
-			}
+	present := func(j *fileJob) bool {
+		if j.absent {
+			return false
+		}
+		fi, err := os.Lstat(filepath.Join(p.root, j.rel))
+		return err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size
+	}
+	count := func(j *fileJob, gets int64) {
+		if present(j) {
+			s.Present++
+			s.PresentBytes += j.file.Size
+			s.PresentGETs += gets
+			return
 		}
 		s.Download++
 		s.DownloadBytes += j.file.Size
 		s.GETs += gets
+	}
+	runs, single := packRuns(p.files, chunk)
+	for _, i := range single {
+		count(&p.files[i], int64(chunks(p.files[i].file.Size, chunk)))
+	}
+	// A run is one GET if any of its files is fetched; a present file of a
+	// run that differs is fetched on its own.
+	for _, u := range runs {
+		get := int64(1)
+		for _, j := range u.jobs {
+			if present(j) {
+				count(j, 1)
+				continue
+			}
+			count(j, get)
+			get = 0
+		}
 	}
 	return s
 }

@@ -78,9 +78,17 @@ func (r *restorer) worker(ctx context.Context) {
 		if !ok {
 			return
 		}
-		switch err := w.fetch(ctx, t, i); {
+		var err error
+		if t.run != nil {
+			err = w.fetchRun(ctx, t)
+		} else {
+			err = w.fetch(ctx, t, i)
+		}
+		switch {
 		case err != nil:
 			t.fail(err)
+		case t.run != nil:
+			t.wholeEnded("")
 		case t.chunks == 1:
 			t.wholeEnded(hex.EncodeToString(w.whole.Sum(nil)))
 		default:
@@ -134,11 +142,17 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 	defer func() { w.t = nil }()
 	size := t.job.file.Size
 	key := t.job.file.Key
+	// A packed file is a range of its pack, read from the bucket: the
+	// peers exchange whole objects, not packs.
+	base, st := t.job.file.Offset, w.r.store
+	if t.job.file.Packed() {
+		st = w.r.bucket
+	}
 	retries, requests := 0, 0
 	maxRequests := maxChunkRequests + int((end-off)/requestsPerBytes)
 	for w.pos < end {
 		want := end - w.pos
-		if end == size {
+		if end == size && !t.job.file.Packed() {
 			// One byte more than the file holds: an object longer than the
 			// manifest says shows up instead of going unnoticed.
 			want++
@@ -146,7 +160,7 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		start := w.pos
 		requests++
 		asked := time.Now()
-		rc, err := w.r.store.Get(ctx, key, w.pos, want)
+		rc, err := st.Get(ctx, key, base+w.pos, want)
 		if err == nil {
 			w.r.ttfb.observe(time.Since(asked))
 			rc = guardBody(rc, w.r.opts.LowSpeedLimit, w.r.opts.LowSpeedTime)

@@ -273,6 +273,9 @@ func find(ctx context.Context, opts Options) (*manifest.Manifest, error) {
 type restorer struct {
 	opts  Options
 	store store.Store
+	// bucket is the object store itself, store's source when peers serve
+	// (packed files are always read from it).
+	bucket store.Store
 	log   *zap.Logger
 	queue *queue
 	// inflight is the byte budget of the GETs in flight; bufs are the copy
@@ -355,7 +358,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 }
 
 func newRestorer(opts Options, p *plan) *restorer {
-	r := &restorer{opts: opts, store: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{},
+	r := &restorer{opts: opts, store: opts.Store, bucket: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{},
 		inflight: semaphore.NewWeighted(opts.InFlightBytes)}
 	r.hashBufs.New = func() any { return &hashScratch{buf: make([]byte, hashBufSize), h: blake3.New()} }
 	for _, f := range p.files {
@@ -414,9 +417,17 @@ func (r *restorer) fetchAll(ctx context.Context, p *plan) error {
 		workers.Wait()
 	}()
 
-	for i := range p.files {
+	runs, single := packRuns(p.files, r.opts.ChunkSize)
+	next := 0
+	for _, i := range single {
+		// Runs go in plan order among the other files.
+		for ; next < len(runs) && runs[next].seq < i; next++ {
+			if !r.startRun(gctx, g, files, runs[next]) {
+				return g.Wait()
+			}
+		}
 		if err := files.Acquire(gctx, 1); err != nil {
-			break
+			return g.Wait()
 		}
 		job := &p.files[i]
 		g.Go(func() error {
@@ -424,7 +435,25 @@ func (r *restorer) fetchAll(ctx context.Context, p *plan) error {
 			return r.restoreFile(gctx, job, i)
 		})
 	}
+	for ; next < len(runs); next++ {
+		if !r.startRun(gctx, g, files, runs[next]) {
+			break
+		}
+	}
 	return g.Wait()
+}
+
+// startRun restores a run of packed files in g once the gate lets it,
+// and reports false if the group stopped first.
+func (r *restorer) startRun(ctx context.Context, g *errgroup.Group, files *fileGate, u *run) bool {
+	if err := files.Acquire(ctx, 1); err != nil {
+		return false
+	}
+	g.Go(func() error {
+		defer files.Release(1)
+		return r.restoreRun(ctx, u, u.seq)
+	})
+	return true
 }
 
 // progress reports that upto bytes of job are downloaded and hashed (a

@@ -22,6 +22,9 @@ type transfer struct {
 	// Direct writes are whole blocks: the file's last one is padded and the
 	// file truncated to its size before it is placed.
 	align int64
+	// run, when set, makes the transfer a run of packed files (packs.go),
+	// fetched as one chunk by fetchRun; f is then nil.
+	run *run
 
 	// Owned by the queue's lock.
 	next    int // next chunk to hand out
