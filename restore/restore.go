@@ -276,8 +276,8 @@ type restorer struct {
 	// bucket is the object store itself, store's source when peers serve
 	// (packed files are always read from it).
 	bucket store.Store
-	log   *zap.Logger
-	queue *queue
+	log    *zap.Logger
+	queue  *queue
 	// inflight is the byte budget of the GETs in flight; bufs are the copy
 	// buffers by size class (see getBuffer).
 	inflight *semaphore.Weighted
