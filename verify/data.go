@@ -89,11 +89,13 @@ func readFiles(ctx context.Context, opts Options, step int64, files []manifest.F
 
 // readRange reads range j.i of its file and keeps its subtree node. A
 // failed read is the file's problem, not the check's, unless ctx ended.
+// A packed file's bytes are read from its pack, at its offset there, and
+// never past its end: the next byte is the next file's.
 func readRange(ctx context.Context, opts Options, j rangeJob) error {
 	f := j.file.f
 	off := int64(j.i) * DefaultRangeSize
 	n := min(DefaultRangeSize, f.Size-off)
-	node, err := hashRange(ctx, opts, f.Key, off, n)
+	node, err := hashRange(ctx, opts, f.Key, f.Offset, off, n)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -101,7 +103,8 @@ func readRange(ctx context.Context, opts Options, j rangeJob) error {
 	defer j.file.mu.Unlock()
 	if err != nil {
 		if j.file.err == nil {
-			j.file.err = fmt.Errorf("bytes %d-%d: %w", off, off+n, err)
+			// Bytes of the object Key, the pack's for a packed file.
+			j.file.err = fmt.Errorf("bytes %d-%d: %w", f.Offset+off, f.Offset+off+n, err)
 		}
 		return nil
 	}
@@ -109,8 +112,10 @@ func readRange(ctx context.Context, opts Options, j rangeJob) error {
 	return nil
 }
 
-// hashRange GETs n bytes of key from off and returns their subtree node.
-func hashRange(ctx context.Context, opts Options, key string, off, n int64) (blake3tree.Node, error) {
+// hashRange GETs the n bytes of a file from off, which lie in object key
+// from base+off (base is a packed file's offset in its pack, else 0), and
+// returns their subtree node.
+func hashRange(ctx context.Context, opts Options, key string, base, off, n int64) (blake3tree.Node, error) {
 	h, err := blake3tree.NewRange(off)
 	if err != nil {
 		return blake3tree.Node{}, err
@@ -118,7 +123,7 @@ func hashRange(ctx context.Context, opts Options, key string, off, n int64) (bla
 	if n == 0 {
 		return h.Node(), nil
 	}
-	body, err := opts.Store.Get(ctx, key, off, n)
+	body, err := opts.Store.Get(ctx, key, base+off, n)
 	if err != nil {
 		return blake3tree.Node{}, err
 	}
@@ -146,7 +151,11 @@ func (r *fileRead) problem(step int64) (Problem, bool) {
 		return p, false
 	}
 	if sum != r.f.BLAKE3 {
-		p.Kind, p.Detail = WrongHash, fmt.Sprintf("the object's bytes hash to %s, the manifest says %s", sum, r.f.BLAKE3)
+		what := "the object's bytes"
+		if r.f.Packed() {
+			what = fmt.Sprintf("its bytes %d-%d of the pack", r.f.Offset, r.f.Offset+r.f.Size)
+		}
+		p.Kind, p.Detail = WrongHash, fmt.Sprintf("%s hash to %s, the manifest says %s", what, sum, r.f.BLAKE3)
 		return p, false
 	}
 	return p, true

@@ -2,19 +2,21 @@
 // writing anything locally: each step's manifest and shards read and
 // validate, every object they reference exists with the recorded size,
 // and, when asked, every byte (or a random share of the files) hashes to
-// the recorded BLAKE3. Problems are reported per file, never fixed.
+// the recorded BLAKE3. Problems are reported per file (per pack, naming
+// its files, when a pack object is missing or of the wrong size), never
+// fixed. A packed file's bytes are read from its pack, its own range only.
 package verify
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
@@ -50,7 +52,8 @@ const (
 	Manifest = "manifest"
 	// Missing: an object the manifest references is not in the bucket.
 	Missing = "missing"
-	// WrongSize: the object's size is not the file's.
+	// WrongSize: the object's size is not the file's, or for a pack not
+	// the pack size the manifest records.
 	WrongSize = "wrong size"
 	// WrongHash: the object's bytes do not hash to the file's BLAKE3.
 	WrongHash = "wrong hash"
@@ -58,20 +61,30 @@ const (
 	Unreadable = "unreadable"
 )
 
-// Problem is one thing wrong with a step.
+// Problem is one thing wrong with a step: with one file (Path), or with a
+// pack object (Key) and so with every file it holds (Paths), reported once
+// rather than once per file.
 type Problem struct {
-	Step   int64  `json:"step"`
-	Kind   string `json:"problem"`
-	Path   string `json:"path,omitempty"`
-	Key    string `json:"key,omitempty"`
+	Step  int64    `json:"step"`
+	Kind  string   `json:"problem"`
+	Path  string   `json:"path,omitempty"`
+	Paths []string `json:"paths,omitempty"`
+	Key   string   `json:"key,omitempty"`
+	// Detail is Kind said in full, for a person.
 	Detail string `json:"detail"`
 }
 
+// String is one line, naming the file or every file of the pack, so that
+// each file affected can be found in the text output too.
 func (p Problem) String() string {
-	if p.Path == "" {
+	name := p.Path
+	if len(p.Paths) > 0 {
+		name = strings.Join(p.Paths, ", ")
+	}
+	if name == "" {
 		return fmt.Sprintf("step %d: %s: %s", p.Step, p.Kind, p.Detail)
 	}
-	return fmt.Sprintf("step %d: %s: %s: %s", p.Step, p.Path, p.Kind, p.Detail)
+	return fmt.Sprintf("step %d: %s: %s: %s", p.Step, name, p.Kind, p.Detail)
 }
 
 // StepReport is what Verify found for one step.
@@ -131,14 +144,8 @@ func verifyStep(ctx context.Context, opts Options, step int64) (StepReport, erro
 	if err != nil {
 		return rep, fmt.Errorf("verify step %d: %w", step, err)
 	}
-	var readable []manifest.File
-	for _, f := range m.Files {
-		if p, ok := present.problem(step, f); !ok {
-			rep.Problems = append(rep.Problems, p)
-			continue
-		}
-		readable = append(readable, f)
-	}
+	absent, readable := present.problems(step, m.Files)
+	rep.Problems = append(rep.Problems, absent...)
 	if opts.ReadShare > 0 {
 		chosen := choose(readable, opts.ReadShare)
 		probs, err := readFiles(ctx, opts, step, chosen)
