@@ -25,7 +25,10 @@ type planner struct {
 	opts Options
 	now  time.Time
 	// keep is every object key that must stay: referenced by a kept
-	// manifest, a young tombstone or a live node part.
+	// manifest, a young tombstone or a live node part. It is by key, not
+	// by file: a pack that the files of several steps name stays while any
+	// of them references it, and, found once by the LIST of objects, is
+	// deleted once when none does.
 	keep map[string]bool
 	// liveSteps are uncommitted steps with live node parts: everything
 	// under their data prefix stays.
@@ -267,7 +270,8 @@ func (pl *planner) uploads(ctx context.Context, p *Plan) error {
 	return nil
 }
 
-// stepOfDataKey parses the step of a key data/<step>/<attempt>/<path>.
+// stepOfDataKey parses the step of a key data/<step>/<attempt>/<path>, or
+// of a pack's, data/<step>/<attempt>.pack-<name>.
 func stepOfDataKey(dataPrefix, key string) (int64, bool) {
 	rest := strings.TrimPrefix(key, dataPrefix)
 	digits, _, ok := strings.Cut(rest, "/")
