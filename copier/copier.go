@@ -16,6 +16,10 @@
 // each part the destination holds re-read from the source and kept when
 // its size and CRC32C match. Files whose bytes the destination already
 // holds for its previous committed step are deduplicated, as a push does.
+//
+// A pack of small files (manifest format 3) is one object for all its
+// files: it is copied once, whole, with one GET and one PUT, after every
+// file's BLAKE3 is checked over its range (pack.go).
 package copier
 
 import (

@@ -98,9 +98,32 @@ func restoreEqual(t *testing.T, st store.Store, prefix string, n int64, dir stri
 var tree = map[string]int{
 	"model.pt":            21 << 20, // three 8 MiB parts at the destination
 	"optim/rank0.pt":      9<<20 + 17,
-	"config.json":         311,
+	"config.json":         311, // packed with empty by the push
 	"empty":               0,
 	"shards/a.safetensor": 8 << 20, // exactly one part: one PUT
+}
+
+// objects are the objects m names, in the order of their first file: the
+// copier's order. Each is the first file naming it (ObjectSize its size).
+func objects(m *manifest.Manifest) []manifest.File {
+	var out []manifest.File
+	seen := map[string]bool{}
+	for _, f := range m.Files {
+		if !seen[f.Key] {
+			seen[f.Key] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// objectBytes is the sum of the sizes of objs.
+func objectBytes(objs []manifest.File) int64 {
+	var n int64
+	for _, f := range objs {
+		n += f.ObjectSize()
+	}
+	return n
 }
 
 func TestCopyStepRestoresByteForByte(t *testing.T) {
@@ -113,8 +136,12 @@ func TestCopyStepRestoresByteForByte(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Sent != len(tree) || res.BytesSent != src.TotalBytes() || res.AlreadyCommitted || res.Present != 0 {
-		t.Fatalf("result %+v: want all %d objects (%d bytes) sent", res, len(tree), src.TotalBytes())
+	objs := objects(src)
+	if len(objs) != len(tree)-1 {
+		t.Fatalf("the push wrote %d objects for %d files, want config.json and empty in one pack", len(objs), len(tree))
+	}
+	if res.Sent != len(objs) || res.BytesSent != objectBytes(objs) || res.AlreadyCommitted || res.Present != 0 {
+		t.Fatalf("result %+v: want all %d objects (%d bytes) sent", res, len(objs), objectBytes(objs))
 	}
 	dst, err := remote.Get(t.Context(), s.to, "moved/run", 100)
 	if err != nil {
@@ -130,6 +157,9 @@ func TestCopyStepRestoresByteForByte(t *testing.T) {
 		if want := map[bool]int64{true: 8 << 20, false: 0}[f.Size > 8<<20]; f.PartSize != want {
 			t.Fatalf("%s: part size %d, want %d", f.Path, f.PartSize, want)
 		}
+		if f.Packed() != (f.Path == "config.json" || f.Path == "empty") {
+			t.Fatalf("%s: packed %v at the destination", f.Path, f.Packed())
+		}
 	}
 	restoreEqual(t, s.to, "moved/run", 100, dir)
 
@@ -143,9 +173,9 @@ func TestCopyDeduplicatesAtTheDestination(t *testing.T) {
 	s := twoServers(t)
 	dir := t.TempDir()
 	writeTree(t, dir, tree)
-	push(t, s.from, dir, 100)
+	step100 := push(t, s.from, dir, 100)
 	writeTree(t, dir, map[string]int{"model.pt": 21 << 20}) // only the model changes
-	push(t, s.from, dir, 200)
+	step200 := push(t, s.from, dir, 200)
 
 	// Step 200 alone first: its unchanged files refer to step 100's
 	// objects at the source, and are copied to the same keys.
@@ -153,8 +183,8 @@ func TestCopyDeduplicatesAtTheDestination(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Sent != len(tree) || res.Deduplicated != 0 {
-		t.Fatalf("step 200 first: %+v, want every object sent", res)
+	if n := len(objects(step200)); res.Sent != n || res.Deduplicated != 0 {
+		t.Fatalf("step 200 first: %+v, want every object (%d) sent", res, n)
 	}
 	restoreEqual(t, s.to, "moved/run", 200, dir)
 
@@ -163,7 +193,7 @@ func TestCopyDeduplicatesAtTheDestination(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Sent != 1 || res.Present != len(tree)-1 {
+	if res.Sent != 1 || res.Present != len(objects(step100))-1 {
 		t.Fatalf("step 100 after 200: %+v, want only model.pt sent, the rest present", res)
 	}
 
@@ -175,7 +205,7 @@ func TestCopyDeduplicatesAtTheDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.Sent != 1 || res.Deduplicated != len(tree) || res.BytesSent != 4096 {
-		t.Fatalf("step 300: %+v, want extra.bin sent and %d files deduplicated", res, len(tree))
+		t.Fatalf("step 300: %+v, want extra.bin (in a pack of its own) sent and %d files deduplicated", res, len(tree))
 	}
 	restoreEqual(t, s.to, "moved/run", 300, dir)
 }
@@ -184,27 +214,36 @@ func TestCopyDeduplicatesAtTheDestination(t *testing.T) {
 // have reached the destination, then runs it again: it sends only the
 // rest, keeps the parts already there, and commits once. One request at a
 // time makes the point of the kill exact: big.pt (5 parts), mid.pt (3
-// parts), then 20 small files with a PUT each.
+// parts), four single/ files with a PUT each, then one pack of the ten
+// tiny/ files (one PUT).
 func TestCopyResumesAfterAKill(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		op            string
 		n             int32 // the kill comes with the nth call of op
-		present, kept int
-		puts          int // PUTs of the resumed run, its manifest's included
+		present, kept int   // objects found complete, parts kept
+		puts          int   // PUTs of the resumed run, its manifest's included
 	}{
-		{"during the second file's parts", "UploadPart", 7, 1, 1, 20 + 1},
-		{"during the small files", "Put", 10, 2 + 9, 0, 11 + 1},
+		{"during the second file's parts", "UploadPart", 7, 1, 1, 4 + 1 + 1},
+		{"during the single files", "Put", 3, 2 + 2, 0, 2 + 1 + 1},
+		{"at the pack", "Put", 5, 2 + 4, 0, 1 + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := twoServers(t)
 			dir := t.TempDir()
 			files := map[string]int{"big.pt": 40 << 20, "mid.pt": 24 << 20}
-			for i := range 20 {
-				files[fmt.Sprintf("small/%02d.json", i)] = 1000 + i
+			for i := range 4 {
+				files[fmt.Sprintf("single/%02d.pt", i)] = uploader.PackFileLimit + i // not packed, one PUT at the destination
+			}
+			for i := range 10 {
+				files[fmt.Sprintf("tiny/%02d.json", i)] = 1000 + i
 			}
 			writeTree(t, dir, files)
 			src := push(t, s.from, dir, 7)
+			objs := objects(src)
+			if len(objs) != 7 || !objs[6].Packed() {
+				t.Fatalf("the push wrote %d objects, the last packed %v: want 7, the tiny files in one pack", len(objs), objs[len(objs)-1].Packed())
+			}
 
 			ctx, cancel := context.WithCancel(t.Context())
 			var calls atomic.Int32
@@ -230,19 +269,12 @@ func TestCopyResumesAfterAKill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var sentBefore int64
-			for name, size := range files {
-				if name == "big.pt" || (tc.present > 2 && name == "mid.pt") || (strings.HasPrefix(name, "small/") && name < fmt.Sprintf("small/%02d", tc.present-2)) {
-					sentBefore += int64(size)
-				}
-			}
-			sentBefore += int64(tc.kept) * (8 << 20)
-			if res.Present != tc.present || res.PartsKept != tc.kept || res.BytesSent != src.TotalBytes()-sentBefore {
-				t.Fatalf("resumed copy %+v: want %d objects present, %d parts kept, %d bytes sent",
-					res, tc.present, tc.kept, src.TotalBytes()-sentBefore)
+			sentBefore := objectBytes(objs[:tc.present]) + int64(tc.kept)*(8<<20)
+			if want := objectBytes(objs) - sentBefore; res.Present != tc.present || res.PartsKept != tc.kept || res.BytesSent != want {
+				t.Fatalf("resumed copy %+v: want %d objects present, %d parts kept, %d bytes sent", res, tc.present, tc.kept, want)
 			}
 			if got := counted.Count("Put"); got != tc.puts {
-				t.Fatalf("resumed copy made %d PUTs, want %d: one per small file not yet there and one manifest", got, tc.puts)
+				t.Fatalf("resumed copy made %d PUTs, want %d: one per object not yet there and one manifest", got, tc.puts)
 			}
 			restoreEqual(t, s.to, "moved/run", 7, dir)
 			ups, err := s.to.ListUploads(t.Context(), "moved/run/")
@@ -264,7 +296,8 @@ func TestCopyRefusesCorruptSource(t *testing.T) {
 		damage func(b []byte) []byte
 	}{
 		{"same size other bytes, multipart", "model.pt", func(b []byte) []byte { b[len(b)/2] ^= 1; return b }},
-		{"same size other bytes, one PUT", "config.json", func(b []byte) []byte { b[0] ^= 1; return b }},
+		{"same size other bytes, one PUT", "shards/a.safetensor", func(b []byte) []byte { b[0] ^= 1; return b }},
+		{"same size other bytes, packed", "config.json", func(b []byte) []byte { b[0] ^= 1; return b }},
 		{"truncated", "optim/rank0.pt", func(b []byte) []byte { return b[:len(b)-1] }},
 		{"deleted", "model.pt", nil},
 	} {

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // run sends objs, Concurrency requests at a time across them. The first
@@ -47,28 +48,40 @@ func (c *copier) acquire(ctx context.Context, n int64) (release func(), err erro
 	return func() { c.slots.Release(1); c.mem.Release(n) }, nil
 }
 
-// copySingle copies an object of at most one part with one GET and one
-// PUT, after checking its bytes against the manifest.
+// copySingle copies an object of at most one part, or a pack, with one
+// GET and one PUT, after checking its bytes against the manifest.
 func (c *copier) copySingle(ctx context.Context, ob *object) error {
-	release, err := c.acquire(ctx, ob.src.Size)
+	release, err := c.acquire(ctx, ob.size)
 	if err != nil {
 		return err
 	}
 	defer release()
-	buf := buffers.get(ob.src.Size)
+	buf := buffers.get(ob.size)
 	defer buffers.put(buf)
 	if err := c.read(ctx, ob, 0, buf); err != nil {
 		return err
+	}
+	if err := c.verify(ob, buf); err != nil {
+		return err
+	}
+	_, err = c.o.To.Put(ctx, ob.key, bytes.NewReader(buf), ob.size, store.PutOptions{CRC32C: store.CRC32C(buf)})
+	if err != nil {
+		return fmt.Errorf("write %s at the destination: %w", ob.key, err)
+	}
+	c.add(func(r *StepResult) { r.Sent++; r.BytesSent += ob.size })
+	return nil
+}
+
+// verify checks buf, all of ob's bytes, against the manifest: the file's
+// BLAKE3, or each member's over its range of a pack.
+func (c *copier) verify(ob *object, buf []byte) error {
+	if ob.members != nil {
+		return c.verifyMembers(ob, buf)
 	}
 	sum := blake3.Sum256(buf)
 	if got := hex.EncodeToString(sum[:]); got != ob.src.BLAKE3 {
 		return c.corrupt(ob, "its bytes hash to "+got)
 	}
-	_, err = c.o.To.Put(ctx, ob.key, bytes.NewReader(buf), ob.src.Size, store.PutOptions{CRC32C: store.CRC32C(buf)})
-	if err != nil {
-		return fmt.Errorf("write %s at the destination: %w", ob.key, err)
-	}
-	c.add(func(r *StepResult) { r.Sent++; r.BytesSent += ob.src.Size })
 	return nil
 }
 
@@ -80,11 +93,11 @@ func (c *copier) copyMultipart(ctx context.Context, ob *object) error {
 	if err != nil {
 		return err
 	}
-	n := int((ob.src.Size + ob.part - 1) / ob.part)
+	n := int((ob.size + ob.part - 1) / ob.part)
 	nodes, parts := make([]blake3tree.Node, n), make([]store.Part, n)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range n {
-		size := min(ob.part, ob.src.Size-int64(i)*ob.part)
+		size := min(ob.part, ob.size-int64(i)*ob.part)
 		release, err := c.acquire(gctx, size)
 		if err != nil {
 			break // gctx ended: Wait returns why
@@ -171,12 +184,17 @@ func (c *copier) copyPart(ctx context.Context, ob *object, uploadID string, i in
 
 // read fills buf with the source object's bytes from off. An object that
 // ends early is ErrSourceCorrupt when a HEAD confirms it is shorter than
-// the manifest says; otherwise the read failed on the way.
+// the manifest says; otherwise the read failed on the way. A pack is read
+// whole with one byte more asked for: a longer pack is corrupt too.
 func (c *copier) read(ctx context.Context, ob *object, off int64, buf []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
-	body, err := c.o.From.Get(ctx, ob.src.Key, off, int64(len(buf)))
+	want := int64(len(buf))
+	if ob.members != nil {
+		want++
+	}
+	body, err := c.o.From.Get(ctx, ob.src.Key, off, want)
 	if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
 		return c.corrupt(ob, "it is missing")
 	}
@@ -184,11 +202,17 @@ func (c *copier) read(ctx context.Context, ob *object, off int64, buf []byte) er
 		return fmt.Errorf("read %s at the source: %w", ob.src.Key, err)
 	}
 	defer body.Close()
-	got, err := io.ReadFull(&ratelimit.Body{R: body, L: c.o.Limiter, Ctx: ctx}, buf)
+	r := &ratelimit.Body{R: body, L: c.o.Limiter, Ctx: ctx}
+	got, err := io.ReadFull(r, buf)
+	if err == nil && ob.members != nil {
+		if more, _ := io.ReadFull(r, make([]byte, 1)); more > 0 {
+			return c.corrupt(ob, "it is longer")
+		}
+	}
 	if err == nil {
 		return nil
 	}
-	if info, herr := c.o.From.Head(ctx, ob.src.Key); herr == nil && info.Size != ob.src.Size {
+	if info, herr := c.o.From.Head(ctx, ob.src.Key); herr == nil && info.Size != ob.size {
 		return c.corrupt(ob, fmt.Sprintf("it is %d bytes", info.Size))
 	}
 	return fmt.Errorf("read %s at the source (bytes %d-%d, got %d): %w", ob.src.Key, off, off+int64(len(buf)), got, err)
@@ -208,8 +232,20 @@ func (c *copier) checkSum(ob *object, nodes []blake3tree.Node) error {
 }
 
 // corrupt is the error for a source object that does not match its
-// manifest entry.
+// manifest entry (a pack: the entries of its files).
 func (c *copier) corrupt(ob *object, what string) error {
-	return fmt.Errorf("%w: %s (file %s): %s, the manifest says %d bytes with BLAKE3 %s; nothing of this step is committed at the destination (check the source with `ferry verify --read-data`)",
-		ErrSourceCorrupt, ob.src.Key, ob.src.Path, what, ob.src.Size, ob.src.BLAKE3)
+	if ob.members != nil {
+		return fmt.Errorf("%w: %s (pack of %d files, file %s among them): %s, the manifest says %d bytes; %s",
+			ErrSourceCorrupt, ob.src.Key, len(ob.members), ob.src.Path, what, ob.size, nothingCommitted)
+	}
+	return c.corruptFile(ob, ob.src, what)
 }
+
+// corruptFile is the error for file f of object ob (itself, or a member
+// of the pack ob) whose bytes do not match its manifest entry.
+func (c *copier) corruptFile(ob *object, f manifest.File, what string) error {
+	return fmt.Errorf("%w: %s (file %s): %s, the manifest says %d bytes with BLAKE3 %s; %s",
+		ErrSourceCorrupt, ob.src.Key, f.Path, what, f.Size, f.BLAKE3, nothingCommitted)
+}
+
+const nothingCommitted = "nothing of this step is committed at the destination (check the source with `ferry verify --read-data`)"

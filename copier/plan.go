@@ -13,12 +13,16 @@ import (
 	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
-// object is one object to send: a file's bytes at the source and where
-// they go at the destination.
+// object is one object to send: a file's bytes, or a pack's, at the
+// source and where they go at the destination.
 type object struct {
-	src  manifest.File // path, size, hash and key at the source
-	key  string        // key at the destination
-	part int64         // part size at the destination, 0 for one PUT
+	src  manifest.File // path, size, hash and key at the source; a pack's first member sent
+	size int64         // the object's size: the file's, or its pack's
+	// members are all the files of a pack (those deduplicated included:
+	// their bytes are in it too), nil for a file's own object.
+	members []manifest.File
+	key     string // key at the destination
+	part    int64  // part size at the destination, 0 for one PUT
 	// upload is an unfinished upload of key that an earlier run left, or nil.
 	upload *store.Upload
 }
@@ -32,7 +36,7 @@ type content struct {
 // plan builds the destination's manifest for src and the objects to send:
 // files the destination's previous step (or current, the revision of the
 // step it holds) holds are deduplicated, objects an earlier run completed
-// are kept, the rest are sent.
+// are kept, the rest are sent, a pack once for all its files.
 func (c *copier) plan(ctx context.Context, src, current *manifest.Manifest) (*manifest.Manifest, []*object, error) {
 	prev, err := c.previousObjects(ctx, src.Step)
 	if err != nil {
@@ -42,36 +46,60 @@ func (c *copier) plan(ctx context.Context, src, current *manifest.Manifest) (*ma
 		prev = index(prev, current)
 	}
 	out := *src
-	out.Format, out.Shards = manifest.FormatVersion, nil
+	out.Shards = nil
 	out.Files = make([]manifest.File, len(src.Files))
+	packs := packMembers(src.Files)
 	byKey := map[string]*object{}
 	var objs []*object
 	for i, f := range src.Files {
-		nf := f
-		if d, ok := prev[content{f.BLAKE3, f.Size}]; ok {
-			nf.Key, nf.PartSize = d.Key, d.PartSize
-			out.Files[i] = nf
-			c.res.Deduplicated++
-			continue
-		}
-		key, err := c.mapKey(f.Key)
+		nf, ob, err := c.place(f, prev, packs)
 		if err != nil {
 			return nil, nil, err
 		}
-		nf.Key, nf.PartSize = key, c.partSizeFor(f.Size)
 		out.Files[i] = nf
-		if ob, ok := byKey[key]; ok {
-			if ob.src.BLAKE3 != f.BLAKE3 || ob.src.Size != f.Size {
-				return nil, nil, fmt.Errorf("the source manifest names object %s for %s and %s with different bytes", f.Key, ob.src.Path, f.Path)
+		if ob == nil {
+			continue
+		}
+		if have, ok := byKey[ob.key]; ok {
+			if have.members == nil && (have.src.BLAKE3 != f.BLAKE3 || have.src.Size != f.Size) {
+				return nil, nil, fmt.Errorf("the source manifest names object %s for %s and %s with different bytes", f.Key, have.src.Path, f.Path)
 			}
 			continue
 		}
-		ob := &object{src: f, key: key, part: nf.PartSize}
-		byKey[key] = ob
+		byKey[ob.key] = ob
 		objs = append(objs, ob)
 	}
+	// Format 3 when a pack is named, whether copied or deduplicated.
+	out.Format = manifest.FormatFor(manifest.FormatVersion, out.Files)
 	todo, err := c.atDestination(ctx, objs)
 	return &out, todo, err
+}
+
+// place is f's entry in the destination's manifest and the object that
+// holds its bytes there: none to send when the destination holds them
+// already (prev, by content), whose entry it then takes (key, part size,
+// and pack and offset when packed); else f's own object or its pack.
+func (c *copier) place(f manifest.File, prev map[content]manifest.File, packs map[string][]manifest.File) (manifest.File, *object, error) {
+	if d, ok := prev[content{f.BLAKE3, f.Size}]; ok {
+		f.Key, f.PartSize, f.PackSize, f.Offset = d.Key, d.PartSize, d.PackSize, d.Offset
+		c.res.Deduplicated++
+		return f, nil, nil
+	}
+	key, err := c.mapKey(f.Key)
+	if err != nil {
+		return f, nil, err
+	}
+	ob := &object{src: f, size: f.ObjectSize(), key: key}
+	if f.Packed() {
+		if err := checkPackSize(f); err != nil {
+			return f, nil, err
+		}
+		ob.members = packs[f.Key]
+	} else {
+		ob.part = c.partSizeFor(f.Size)
+	}
+	f.Key, f.PartSize = key, ob.part
+	return f, ob, nil
 }
 
 // previousObjects indexes by content the files of the destination's
@@ -140,7 +168,7 @@ func (c *copier) atDestination(ctx context.Context, objs []*object) ([]*object, 
 	}
 	var todo []*object
 	for _, ob := range objs {
-		if size, ok := have[ob.key]; ok && size == ob.src.Size {
+		if size, ok := have[ob.key]; ok && size == ob.size {
 			c.res.Present++
 			continue
 		}
