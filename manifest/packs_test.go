@@ -74,7 +74,10 @@ func TestValidateRejectsBadPacks(t *testing.T) {
 		mod        func(m *Manifest)
 	}{
 		{"packs in format 1", "packs need format 3", func(m *Manifest) { m.Format = FormatVersion }},
-		{"packs in format 2", "packs need format 3", func(m *Manifest) { m.Format = "2.1"; m.Shards = []Shard{{Key: "run/data/000000001000/x/shard-00000.json", Size: 100, BLAKE3: hashA, Files: 3}} }},
+		{"packs in format 2", "packs need format 3", func(m *Manifest) {
+			m.Format = "2.1"
+			m.Shards = []Shard{{Key: "run/data/000000001000/x/shard-00000.json", Size: 100, BLAKE3: hashA, Files: 3}}
+		}},
 		{"past the pack's end", "outside its pack", func(m *Manifest) { m.Files[2].Offset = 11 }},
 		{"negative offset", "outside its pack", func(m *Manifest) { m.Files[2].Offset = -1 }},
 		{"offset without pack", "without a pack_size", func(m *Manifest) { m.Files[1].Offset = 5 }},

@@ -88,7 +88,7 @@ func reviseStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 func referencesAny(files, entries []manifest.File, attemptPrefix string) bool {
 	keys := make(map[string]bool, len(entries))
 	for _, e := range entries {
-		if strings.HasPrefix(e.Key, attemptPrefix) {
+		if ownedBy(e.Key, attemptPrefix) {
 			keys[e.Key] = true
 		}
 	}
@@ -117,13 +117,22 @@ func logNodeCommit(opts pushJob, res PushResult) {
 	}
 }
 
-// deleteAttempt deletes the objects one push attempt wrote (keys under
-// attemptPrefix), never an earlier step's object an entry references.
+// ownedBy reports whether key is an object of the attempt whose files lie
+// under attemptPrefix (manifest.DataKey's, ending in "/"): one of its files
+// or one of its packs (manifest.PackKey), beside that folder.
+func ownedBy(key, attemptPrefix string) bool {
+	return strings.HasPrefix(key, attemptPrefix) || strings.HasPrefix(key, strings.TrimSuffix(attemptPrefix, "/")+".pack-")
+}
+
+// deleteAttempt deletes the objects one push attempt wrote (ownedBy), each
+// once, never an earlier step's object an entry references.
 func deleteAttempt(ctx context.Context, st store.Store, attemptPrefix string, files []manifest.File, log *zap.Logger) {
+	done := map[string]bool{}
 	for _, f := range files {
-		if !strings.HasPrefix(f.Key, attemptPrefix) {
+		if !ownedBy(f.Key, attemptPrefix) || done[f.Key] {
 			continue
 		}
+		done[f.Key] = true
 		if err := st.Delete(ctx, f.Key); err != nil {
 			log.Warn("could not delete an unreferenced object", zap.String("key", f.Key), zap.Error(err))
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,6 +126,25 @@ func TestPushDedupLoserKeepsReferencedObjects(t *testing.T) {
 				t.Fatalf("the loser deleted a referenced object of step 1: %v", err)
 			}
 		}
+	}
+	// The loser's own objects, its pack included, are gone: every object
+	// of step 2 left is one the committed manifest names.
+	won, err := remote.Get(context.Background(), mem, "run", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, f := range won.Files {
+		named[f.Key] = true
+	}
+	err = mem.List(context.Background(), manifest.DataPrefix("run")+manifest.StepString(2)+"/", "", 0, func(o store.ObjectInfo) error {
+		if !named[o.Key] {
+			return fmt.Errorf("the losing push left %s", o.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
