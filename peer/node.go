@@ -239,12 +239,15 @@ func (n *Node) Join(ctx context.Context, req restore.PeerRequest) (store.Store, 
 }
 
 // publish makes this node's plan of req and its spool, so that its plan
-// is served from now on.
+// is served from now on. Packed files are left out (see addHeld).
 func (n *Node) publish(req restore.PeerRequest) error {
-	p := &plan{Step: req.Step, Chunk: req.Chunk, Files: make([]object, len(req.Fetch))}
+	p := &plan{Step: req.Step, Chunk: req.Chunk, Files: make([]object, 0, len(req.Fetch))}
 	sizes := make(map[string]int64, len(req.Fetch)+len(req.Held))
-	for i, f := range req.Fetch {
-		p.Files[i] = object{Key: f.Key, Size: f.Size}
+	for _, f := range req.Fetch {
+		if f.Packed() {
+			continue // a pack's key is not this file's object: the bucket serves it
+		}
+		p.Files = append(p.Files, object{Key: f.Key, Size: f.Size})
 		sizes[f.Key] = f.Size
 	}
 	var root *os.Root

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/s3test"
-	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
@@ -46,21 +45,33 @@ func (c *counted) Get(ctx context.Context, key string, off, n int64) (io.ReadClo
 	return readCloser{countReader{rc, &c.bytes}, rc}, nil
 }
 
-// step pushes files of the given sizes as step 1 and returns the bucket
-// and the folder they came from.
+// step commits files of the given sizes as step 1, each an object of its
+// own (peers share those; a push packs small files, whose packs restore
+// reads from the bucket), and returns the bucket and the folder they came
+// from.
 func step(t *testing.T, sizes ...int) (store.Store, string) {
 	t.Helper()
 	srv := s3test.Shared(t)
 	st := srv.Store(t, srv.NewBucket(t))
 	dir := t.TempDir()
+	files := make([]uploader.File, len(sizes))
 	for i, size := range sizes {
 		b := make([]byte, size)
 		_, _ = rand.Read(b)
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("rank%d.pt", i)), b, 0o644); err != nil {
+		name := fmt.Sprintf("rank%d.pt", i)
+		files[i] = uploader.File{LocalPath: filepath.Join(dir, name), RelPath: name, Key: manifest.DataKey("run", 1, "a", name)}
+		if err := os.WriteFile(files[i].LocalPath, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	steptest.Push(t, st, "run", dir, 1, uploader.PushOptions{})
+	entries, err := uploader.New(uploader.Options{Store: st}).Upload(t.Context(), files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manifest.Manifest{Format: manifest.FormatVersion, Step: 1, Created: time.Now().UTC(), Files: entries}
+	if _, _, err := remote.Commit(t.Context(), st, "run", m); err != nil {
+		t.Fatal(err)
+	}
 	return st, dir
 }
 

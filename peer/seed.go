@@ -20,12 +20,14 @@ type heldFile struct {
 }
 
 // addHeld records files (below root) in held, unless held has them
-// already, and returns them as plan objects, each key once.
+// already, and returns them as plan objects, each key once. Packed files
+// are left out: their key names a pack of several files, which no one
+// file on disk is (restore reads packs from the bucket).
 func addHeld(held map[string]heldFile, root *os.Root, files []restore.HeldFile) []object {
 	var out []object
 	seen := map[string]bool{}
 	for _, f := range files {
-		if seen[f.File.Key] {
+		if f.File.Packed() || seen[f.File.Key] {
 			continue
 		}
 		seen[f.File.Key] = true
