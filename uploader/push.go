@@ -227,7 +227,9 @@ func send(ctx context.Context, opts pushJob, state *State, attempt string, prevS
 	}
 	uopts := opts.Upload
 	uopts.State = state
-	uopts.PackKey = func(name string) string { return manifest.PackKey(opts.Prefix, opts.Step, attempt, name) }
+	if !uopts.NoPack {
+		uopts.PackKey = func(name string) string { return manifest.PackKey(opts.Prefix, opts.Step, attempt, name) }
+	}
 	up := newUploader(uopts, opts.Progress)
 	opts.Upload.Logger.Info("pushing step", zap.Int64("step", opts.Step), zap.Int("files", len(files)), zap.String("attempt", attempt),
 		zap.Int("node_rank", opts.NodeRank), zap.Int("nodes", opts.Nodes))

@@ -95,7 +95,10 @@ type Options struct {
 	// smaller than PackFileLimit are sent in: name is unique to the pack's
 	// content. Without it every file is an object of its own.
 	PackKey func(name string) string
-	Logger  *zap.Logger
+	// NoPack sends every file as an object of its own (a push then sets
+	// no PackKey): plain S3 objects that any tool reads whole.
+	NoPack bool
+	Logger *zap.Logger
 }
 
 // File is a local file to upload to Key.

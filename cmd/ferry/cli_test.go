@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/uploader"
 )
 
 const mib = 1 << 20
@@ -43,10 +44,11 @@ func TestCLIRoundTrip(t *testing.T) {
 	if !ps.Committed || ps.Files != len(sizes) {
 		t.Fatalf("push summary %+v", ps)
 	}
-	// The summary counts requests: 4 single PUTs (files up to the part
-	// size) plus the manifest, and 2 multipart files of 2 and 4 parts.
+	// The summary counts requests: 3 single PUTs (one pack of the two
+	// files under 4 MiB, two files up to the part size) plus the manifest,
+	// and 2 multipart files of 2 and 4 parts.
 	req := ps.Requests
-	if req["PutObject"] != 5 || req["CreateMultipartUpload"] != 2 || req["UploadPart"] != 6 || req["CompleteMultipartUpload"] != 2 {
+	if req["PutObject"] != 4 || req["CreateMultipartUpload"] != 2 || req["UploadPart"] != 6 || req["CompleteMultipartUpload"] != 2 {
 		t.Errorf("push requests %v", req)
 	}
 
@@ -66,7 +68,8 @@ func TestCLIRoundTrip(t *testing.T) {
 		t.Errorf("symlinks = %+v", m.Symlinks)
 	}
 
-	// The objects are plain S3 objects: the SDK's own GetObject reads them.
+	// The objects are plain S3 objects: the SDK's own GetObject reads them,
+	// a packed file at its offset in its pack.
 	client := srv.Client(t)
 	for _, f := range m.Files {
 		out, err := client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(f.Key)})
@@ -76,7 +79,11 @@ func TestCLIRoundTrip(t *testing.T) {
 		data, _ := io.ReadAll(out.Body)
 		out.Body.Close()
 		want, _ := os.ReadFile(filepath.Join(src, f.Path))
-		if string(data) != string(want) {
+		if int64(len(data)) != f.ObjectSize() || f.Packed() != (len(want) < uploader.PackFileLimit) {
+			t.Errorf("%s: object of %d bytes, packed %v; want %d bytes, packed when under %d", f.Path, len(data), f.Packed(), f.ObjectSize(), uploader.PackFileLimit)
+			continue
+		}
+		if string(data[f.Offset:f.Offset+f.Size]) != string(want) {
 			t.Errorf("plain GetObject of %s differs from the file", f.Path)
 		}
 	}

@@ -30,6 +30,7 @@ type agentOptions struct {
 	stateDir      string
 	concurrency   int
 	partSize      int64
+	noPack        bool
 	bandwidth     int64
 	keepLocal     int
 	metricsAddr   string
@@ -93,6 +94,7 @@ func newAgentCommand() *cli.Command {
 				servePeers:    c.String("serve-peers"),
 				peerToken:     c.String("peer-token"),
 				peerTLS:       c.Bool("peer-tls"),
+				noPack:        !c.Bool("pack"),
 			}
 			var err error
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
@@ -199,7 +201,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		WhenBehind: o.whenBehind,
 		Pipeline:   o.pipeline,
 		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: limiter,
-			DropCache: true},
+			DropCache: true, NoPack: o.noPack},
 		StateDir:     stateDir,
 		AllowEmpty:   o.allowEmpty,
 		MetricsAddr:  ms.addr(),

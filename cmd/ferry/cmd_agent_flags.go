@@ -17,6 +17,7 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "base of the journal, upload state and control socket, kept per watch dir and destination under agents/ (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 		&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most upload requests in flight; within it, requests are sized by bytes (16 parts in flight), so small files get many and big parts few"},
 		&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size"},
+		packFlag(),
 		&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate (and what --serve-peers sends), e.g. 800MiB/s (default: unlimited)"},
 		&cli.StringFlag{Name: "serve-peers", EnvVars: []string{"FERRY_SERVE_PEERS"}, Usage: "serve the committed steps still on disk, unchanged, to nodes restoring them with --peers, on `ADDRESS` (e.g. :7077; default: off)"},
 		&cli.StringFlag{Name: "peer-token", EnvVars: []string{"FERRY_PEER_TOKEN"}, Usage: "with --serve-peers: the secret the job's nodes share (default: derived from the store credentials)"},

@@ -31,6 +31,7 @@ type pushOptions struct {
 	bandwidth   int64
 	json        bool
 	noDedup     bool
+	noPack      bool
 	allowEmpty  bool
 	node        nodeInfo
 	sources     []string
@@ -50,6 +51,7 @@ func newPushCommand() *cli.Command {
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "where resume state is kept (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "no-dedup", EnvVars: []string{"FERRY_NO_DEDUP"}, Usage: "upload every file, even one unchanged since the previous committed step"},
+			packFlag(),
 			allowEmptyStepFlag(),
 		}, append(nodeFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
@@ -64,6 +66,7 @@ func newPushCommand() *cli.Command {
 				stateDir:    c.String("state-dir"),
 				json:        c.Bool("json"),
 				noDedup:     c.Bool("no-dedup"),
+				noPack:      !c.Bool("pack"),
 				allowEmpty:  c.Bool("allow-empty"),
 				sources:     c.Args().Slice(),
 			}
@@ -80,6 +83,12 @@ func newPushCommand() *cli.Command {
 			return runPush(c.Context, opts, c.App.Writer, c.App.ErrWriter)
 		},
 	}
+}
+
+// packFlag is push's and the agent's --pack.
+func packFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "pack", Value: true, EnvVars: []string{"FERRY_PACK"},
+		Usage: "send files under 4 MiB packed into shared objects of up to 16 MiB, one PUT (and one GET to restore) for many; false: one plain S3 object per file"}
 }
 
 // checkStepFlag refuses a negative --step given explicitly (-1 is the
@@ -218,7 +227,7 @@ func pushStep(ctx context.Context, o pushOptions, st store.Store, loc manifest.L
 	dest := uploader.Destination{Store: st, Location: loc.String(), Prefix: loc.Prefix, StateDir: stateDir,
 		Nodes: o.node.nodes, NodeRank: o.node.rank, Run: o.node.run, Logger: log}
 	return dest.Push(ctx, s, uploader.PushOptions{
-		Upload:   uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth)},
+		Upload:   uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), NoPack: o.noPack},
 		Progress: durableBar{bar: prog},
 		NoDedup:  o.noDedup, AllowEmpty: o.allowEmpty,
 	})
