@@ -33,6 +33,10 @@ const (
 type ttfbMeter struct {
 	min     atomic.Int64 // nanoseconds
 	samples atomic.Int64
+	// seed is the round trip the manifest's reads took, set before the
+	// download: the first data GETs need not wait for samples of their
+	// own to be many enough across the internet.
+	seed time.Duration
 }
 
 // minSamples is how many GETs are timed before the pool grows.
@@ -51,10 +55,11 @@ func (m *ttfbMeter) observe(d time.Duration) {
 	}
 }
 
-// get returns the round trip measured, 0 before minSamples GETs.
+// get returns the round trip measured, the seed (0 without one) before
+// minSamples GETs.
 func (m *ttfbMeter) get() time.Duration {
 	if m.samples.Load() < minSamples {
-		return 0
+		return m.seed
 	}
 	return time.Duration(m.min.Load())
 }
@@ -108,6 +113,9 @@ func (r *restorer) runWorkers(ctx context.Context, files *fileGate) {
 			wg.Go(func() { r.worker(ctx) })
 		}
 	}
+	// Across the internet the manifest's reads showed the round trip:
+	// the pool starts at the size it asks for.
+	grow(wantWorkers(r.ttfb.seed, r.opts.Concurrency))
 	t := time.NewTicker(adaptEvery)
 	defer t.Stop()
 	for {

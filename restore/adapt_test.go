@@ -33,3 +33,21 @@ func TestTTFBMeterKeepsTheRoundTrip(t *testing.T) {
 		t.Fatalf("round trip %v, want the smallest sample, 80ms", m.get())
 	}
 }
+
+// The manifest's round trip stands in until the data GETs have samples
+// of their own, and then gives way to them.
+func TestTTFBMeterSeed(t *testing.T) {
+	m := &ttfbMeter{seed: 90 * time.Millisecond}
+	if m.get() != 90*time.Millisecond {
+		t.Fatalf("before any sample: %v, want the seed", m.get())
+	}
+	for range minSamples {
+		m.observe(40 * time.Millisecond)
+	}
+	if m.get() != 40*time.Millisecond {
+		t.Fatalf("after %d samples: %v, want theirs, 40ms", minSamples, m.get())
+	}
+	if n := wantWorkers((&ttfbMeter{}).get(), 256); n != baseWorkers {
+		t.Fatalf("no seed, no samples: %d workers, want %d", n, baseWorkers)
+	}
+}

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +27,7 @@ const (
 	maxRunFiles = 4096
 	runSpread   = 64
 	minRun      = 1 << 20
+	runBuf      = 256 << 10
 )
 
 // run is neighbouring packed files of one pack, fetched with one GET.
@@ -138,8 +139,8 @@ func (r *restorer) restoreRun(ctx context.Context, u *run, seq int) error {
 
 // fetchRun is a worker's GET of a run: the files' bytes pass through its
 // buffer in order, each into a temp file of its own, hashed and placed once
-// complete. A file whose hash does not match is left for restoreRun to
-// fetch again; a body that breaks ends the run there.
+// complete (runSink). A file whose hash does not match is left for
+// restoreRun to fetch again; a body that breaks ends the run there.
 func (w *chunkWriter) fetchRun(ctx context.Context, t *transfer) error {
 	u := t.run
 	off, end := u.span()
@@ -148,81 +149,146 @@ func (w *chunkWriter) fetchRun(ctx context.Context, t *transfer) error {
 		return err
 	}
 	defer w.r.inflight.Release(weight)
-	class := bufClass(end - off)
+	// The files are small: a 256 KiB buffer passes them in a few reads,
+	// and hundreds of runs in flight do not each zero a MiB.
+	class := bufClass(min(end-off, runBuf))
 	buf := w.r.getBuffer(class)
 	defer w.r.bufs[class].Put(&buf)
-	var body io.Reader = strings.NewReader("") // a run of empty files
-	if end > off {
-		asked := time.Now()
-		rc, err := w.r.bucket.Get(ctx, t.job.file.Key, off, end-off)
-		if err != nil {
-			return err
-		}
-		w.r.ttfb.observe(time.Since(asked))
-		defer rc.Close()
-		body = guardBody(rc, w.r.opts.LowSpeedLimit, w.r.opts.LowSpeedTime)
+	s := &runSink{w: w, u: u}
+	defer s.abort()
+	if err := s.advance(); err != nil || s.i == len(u.jobs) {
+		return err // a run of empty files needs no GET
 	}
-	for i, job := range u.jobs {
-		if u.keep[i] {
-			if _, err := io.CopyBuffer(io.Discard, io.LimitReader(body, job.file.Size), buf); err != nil {
-				return err
-			}
-			continue
-		}
-		ok, err := w.runFile(ctx, body, job, buf)
-		if err != nil {
+	asked := time.Now()
+	rc, err := w.r.bucket.Get(ctx, t.job.file.Key, off, end-off)
+	if err != nil {
+		return err
+	}
+	w.r.ttfb.observe(time.Since(asked))
+	defer rc.Close()
+	body := guardBody(rc, w.r.opts.LowSpeedLimit, w.r.opts.LowSpeedTime)
+	for s.i < len(u.jobs) {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		u.placed[i] = ok
+		// Whole-buffer reads go straight from the socket into buf (the
+		// connection's reader copies only reads smaller than its own
+		// buffer); runSink cuts them at file boundaries.
+		n, rerr := body.Read(buf)
+		if err := s.write(buf[:n]); err != nil {
+			return err
+		}
+		if rerr == io.EOF && s.i < len(u.jobs) {
+			rerr = io.ErrUnexpectedEOF
+		}
+		if rerr != nil && rerr != io.EOF {
+			job := u.jobs[s.i].file
+			return fmt.Errorf("%s: bytes %d-%d of %s: %w", job.Path, job.Offset+s.pos, job.Offset+job.Size-1, job.Key, rerr)
+		}
 	}
 	return nil
 }
 
-// runFile copies one file of a run from body into a temp file, hashing it,
-// and places it when its BLAKE3 matches (true). A mismatch returns false:
-// the file's bytes were read, so the run goes on.
-func (w *chunkWriter) runFile(ctx context.Context, body io.Reader, job *fileJob, buf []byte) (bool, error) {
-	f, tmp, err := w.r.createTemp(job.rel)
-	if err != nil {
-		return false, &writeError{fmt.Errorf("restore %s: %w", job.file.Path, err)}
-	}
-	placed := false
-	defer func() {
-		if !placed {
-			f.Close()
-			w.r.root.Remove(tmp)
+// runSink writes the files of a run as its bytes pass: file i of the run
+// is open (unless kept, when its bytes are read past) with pos of its bytes
+// written and hashed.
+type runSink struct {
+	w   *chunkWriter
+	u   *run
+	i   int
+	pos int64
+	f   *os.File
+	tmp string
+}
+
+// write takes the run's next bytes.
+func (s *runSink) write(p []byte) error {
+	for len(p) > 0 {
+		if s.i == len(s.u.jobs) {
+			return errTooLong
 		}
-	}()
-	w.whole.Reset()
-	var pos int64
-	for pos < job.file.Size {
-		if err := ctx.Err(); err != nil {
-			return false, err
+		job := s.u.jobs[s.i]
+		k := min(int64(len(p)), job.file.Size-s.pos)
+		if !s.u.keep[s.i] {
+			s.w.whole.Write(p[:k])
+			if _, err := writeAt(s.f, p[:k], s.pos, true); err != nil {
+				return &writeError{err}
+			}
+			s.w.r.addFetched(k)
+			s.w.r.progress(job, s.pos+k)
 		}
-		n, rerr := io.ReadFull(body, buf[:min(int64(len(buf)), job.file.Size-pos)])
-		w.whole.Write(buf[:n])
-		if _, err := writeAt(f, buf[:n], pos, true); err != nil {
-			return false, &writeError{err}
-		}
-		pos += int64(n)
-		w.r.addFetched(int64(n))
-		w.r.progress(job, pos)
-		if rerr != nil {
-			return false, fmt.Errorf("%s: bytes %d-%d of %s: %w", job.file.Path, job.file.Offset+pos, job.file.Offset+job.file.Size-1, job.file.Key, rerr)
+		s.pos += k
+		p = p[k:]
+		if s.pos == job.file.Size {
+			if err := s.finish(); err != nil {
+				return err
+			}
+			s.i++
+			if err := s.advance(); err != nil {
+				return err
+			}
 		}
 	}
-	if sum := hex.EncodeToString(w.whole.Sum(nil)); sum != job.file.BLAKE3 {
-		w.r.log.Warn("packed file does not match its hash; fetching it again", zap.String("path", job.file.Path), zap.String("got", sum))
-		return false, nil
+	return nil
+}
+
+// advance opens file i (and finishes the empty files from it on), or
+// leaves i at the end of the run.
+func (s *runSink) advance() error {
+	for ; s.i < len(s.u.jobs); s.i++ {
+		job := s.u.jobs[s.i]
+		s.pos = 0
+		if !s.u.keep[s.i] {
+			f, tmp, err := s.w.r.createTemp(job.rel)
+			if err != nil {
+				return &writeError{fmt.Errorf("restore %s: %w", job.file.Path, err)}
+			}
+			s.f, s.tmp = f, tmp
+			s.w.whole.Reset()
+		}
+		if job.file.Size > 0 {
+			return nil
+		}
+		if err := s.finish(); err != nil {
+			return err
+		}
 	}
-	if err := w.r.place(f, tmp, job); err != nil {
-		return false, &writeError{fmt.Errorf("restore %s: %w", job.file.Path, err)}
+	return nil
+}
+
+// finish checks the complete file i against its BLAKE3 and places it; a
+// mismatch leaves it for restoreRun (logged).
+func (s *runSink) finish() error {
+	job := s.u.jobs[s.i]
+	if s.u.keep[s.i] {
+		return nil
 	}
-	placed = true
-	w.r.mu.Lock()
-	w.r.downloaded++
-	w.r.mu.Unlock()
-	return true, nil
+	if sum := hex.EncodeToString(s.w.whole.Sum(nil)); sum != job.file.BLAKE3 {
+		s.w.r.log.Warn("packed file does not match its hash; fetching it again", zap.String("path", job.file.Path), zap.String("got", sum))
+		s.abort()
+		return nil
+	}
+	f := s.f
+	s.f = nil
+	if err := s.w.r.place(f, s.tmp, job); err != nil {
+		f.Close()
+		s.w.r.root.Remove(s.tmp)
+		return &writeError{fmt.Errorf("restore %s: %w", job.file.Path, err)}
+	}
+	s.u.placed[s.i] = true
+	s.w.r.mu.Lock()
+	s.w.r.downloaded++
+	s.w.r.mu.Unlock()
+	return nil
+}
+
+// abort removes the temp file of a file not placed.
+func (s *runSink) abort() {
+	if s.f != nil {
+		s.f.Close()
+		s.w.r.root.Remove(s.tmp)
+		s.f = nil
+	}
 }
 
 // addFetched counts n bytes fetched into Result.BytesDownloaded.

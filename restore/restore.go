@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -236,11 +237,11 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	m, err := find(ctx, opts)
+	m, rtt, err := find(ctx, opts)
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := restoreManifest(ctx, opts, m)
+	res, err := restoreManifest(ctx, opts, m, rtt)
 	if err != nil {
 		return res, fmt.Errorf("restore step %d: %w", m.Step, err)
 	}
@@ -249,24 +250,36 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 
 // find reads the manifest asked for. The decoder has validated it. With
 // ranks selected, a sharded manifest's shards of other ranks are not read.
-func find(ctx context.Context, opts Options) (*manifest.Manifest, error) {
+// It also returns the shortest of its single requests' times (the LIST of
+// the latest step, the GET of a manifest that is not sharded; 0 with none):
+// the round trip to the store, at most.
+func find(ctx context.Context, opts Options) (*manifest.Manifest, time.Duration, error) {
 	var filter manifest.ShardFilter
 	if opts.Ranks != nil {
 		filter = manifest.RanksFilter(opts.Ranks)
 	}
 	step := opts.Step
+	rtt := time.Duration(math.MaxInt64)
 	if step < 0 {
+		start := time.Now()
 		latest, err := remote.LatestStep(ctx, opts.Store, opts.Prefix)
 		if err != nil {
-			return nil, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
+			return nil, 0, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
 		}
-		step = latest
+		step, rtt = latest, time.Since(start)
 	}
+	start := time.Now()
 	m, err := remote.GetFiltered(ctx, opts.Store, opts.Prefix, step, filter)
 	if err != nil {
-		return nil, fmt.Errorf("restore step %d: %w", step, err)
+		return nil, 0, fmt.Errorf("restore step %d: %w", step, err)
 	}
-	return m, nil
+	if !m.Sharded() {
+		rtt = min(rtt, time.Since(start)) // one GET; a sharded one is more
+	}
+	if rtt == math.MaxInt64 {
+		rtt = 0
+	}
+	return m, rtt, nil
 }
 
 // restorer holds the state of one Restore call.
@@ -306,7 +319,7 @@ type restorer struct {
 	madeOutside []string // the target directory and its missing parents
 }
 
-func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (Result, error) {
+func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rtt time.Duration) (Result, error) {
 	res := Result{Step: m.Step, Manifest: m}
 	ranks := opts.Ranks
 	if opts.Nodes > 0 {
@@ -329,6 +342,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest) (R
 		return res, err
 	}
 	r := newRestorer(opts, p)
+	r.ttfb.seed = rtt
 	res.Files, res.Bytes = len(p.files), r.total
 	if opts.PlanOnly {
 		plan := summarize(p, r.opts.ChunkSize)
