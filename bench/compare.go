@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // comparePhase runs every tool through one phase on data set ds in
@@ -151,7 +153,8 @@ func (b *bench) toolWanted(name string) bool {
 // checkUploaded checks that the server holds, under prefix, an object of
 // the right size for every file of ds: one whose key is the file's
 // relative path or ends with "/" and that path (ferry puts its step and
-// attempt in front).
+// attempt in front), or a pack of the size ferry's manifest gives that
+// holds the file.
 func (b *bench) checkUploaded(ds *dataset, prefix string) error {
 	objs, err := b.srv.objectSizes(prefix)
 	if err != nil {
@@ -164,9 +167,36 @@ func (b *bench) checkUploaded(ds *dataset, prefix string) error {
 			found[k] = true
 		}
 	}
+	if err := b.foundInPacks(objs, ds, prefix, found); err != nil {
+		return err
+	}
 	for _, rel := range ds.rel {
 		if !found[rel] {
 			return fmt.Errorf("no object of %d bytes for %s under %s (server holds %d objects)", ds.size, rel, prefix, len(objs))
+		}
+	}
+	return nil
+}
+
+// foundInPacks marks in found the files of ds that ferry's manifests under
+// prefix place in packs the server holds with their recorded size.
+func (b *bench) foundInPacks(objs map[string]int64, ds *dataset, prefix string, found map[string]bool) error {
+	for key := range objs {
+		if !strings.HasPrefix(key, "manifests/") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(b.srv.dir, bucket, prefix, key))
+		if err != nil {
+			return err
+		}
+		m, err := manifest.DecodeBytes(data, prefix)
+		if err != nil {
+			return fmt.Errorf("manifest %s: %w", key, err)
+		}
+		for _, f := range m.Files {
+			if f.Packed() && f.Size == ds.size && objs[strings.TrimPrefix(f.Key, prefix+"/")] == f.PackSize {
+				found[f.Path] = true
+			}
 		}
 	}
 	return nil
