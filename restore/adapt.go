@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -116,6 +117,7 @@ func (r *restorer) runWorkers(ctx context.Context, files *fileGate) {
 	// Across the internet the manifest's reads showed the round trip:
 	// the pool starts at the size it asks for.
 	grow(wantWorkers(r.ttfb.seed, r.opts.Concurrency))
+	r.log.Debug("download pool", zap.Duration("manifest_round_trip", r.ttfb.seed), zap.Int("workers", started))
 	t := time.NewTicker(adaptEvery)
 	defer t.Stop()
 	for {
