@@ -11,6 +11,7 @@ import (
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/pagecache"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -52,6 +53,9 @@ type packMember struct {
 	stamp fileStamp
 	sum   string // BLAKE3, once hashed
 	off   int64  // offset in the pack, once placed
+	// cache is which of its pages were cached before the pack read it
+	// (Options.DropCache), for leaveCache once the pack is sent.
+	cache *pagecache.Residency
 }
 
 // planPacks splits files into those sent as objects of their own (whole)
@@ -155,7 +159,8 @@ func (u *Uploader) hashMember(ctx context.Context, m *packMember) (*manifest.Fil
 		return nil, fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, m.stamp.Size, stamp.Size)
 	}
 	if u.opts.DropCache {
-		defer u.leaveCache(fh, stamp.Size)()
+		// The pack reads the file again; its pages go once it is sent.
+		m.cache, _ = pagecache.Snapshot(fh, stamp.Size)
 	}
 	h := blake3.New()
 	if err := u.hashRange(ctx, fh, 0, stamp.Size, h, func([]byte) {}); err != nil {
@@ -222,11 +227,28 @@ func (u *Uploader) putPack(ctx context.Context, key string, size int64, crc uint
 			return fmt.Errorf("upload %s: %w", m.f.RelPath, cerr)
 		}
 	}
+	u.leavePackCache(send)
 	if err != nil {
 		return fmt.Errorf("upload pack of %d files (%s first): put object: %w", len(send), send[0].f.RelPath, err)
 	}
 	u.opts.Logger.Debug("sent pack", zap.String("key", key), zap.Int("files", len(send)), zap.Int64("bytes", size))
 	return nil
+}
+
+// leavePackCache drops the pages of the pack's files that were not cached
+// before it read them (Options.DropCache), as uploadFile does for a file.
+func (u *Uploader) leavePackCache(send []*packMember) {
+	for _, m := range send {
+		if m.cache == nil {
+			continue
+		}
+		if fh, err := os.Open(m.f.LocalPath); err == nil {
+			if err := m.cache.DropOthers(fh); err != nil {
+				u.opts.Logger.Debug("page cache: could not drop pages", zap.Error(err))
+			}
+			fh.Close()
+		}
+	}
 }
 
 // packBody reads a pack's files one after the other, opening each when
