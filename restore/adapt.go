@@ -95,6 +95,29 @@ func (g *fileGate) open(n int) {
 	g.Release(n64)
 }
 
+// budget is the byte budget of the GETs in flight: base bytes, and, when it
+// grows, up to budgetGrowth times that, held back until the pool grows.
+type budget struct {
+	*semaphore.Weighted
+	reserved int64
+}
+
+func newBudget(base int64, grows bool) *budget {
+	if !grows {
+		return &budget{Weighted: semaphore.NewWeighted(base)}
+	}
+	b := &budget{Weighted: semaphore.NewWeighted(base * budgetGrowth), reserved: base * (budgetGrowth - 1)}
+	b.TryAcquire(b.reserved) // always granted: the semaphore is new and holds that much
+	return b
+}
+
+// grow adds n bytes to the budget, as far as growth allows.
+func (b *budget) grow(n int64) {
+	n = min(n, b.reserved)
+	b.reserved -= n
+	b.Release(n)
+}
+
 // runWorkers runs the pool until the queue closes: baseWorkers (or
 // Concurrency, if lower) at once, more as the measured time to first byte
 // asks for them while chunks are waiting, each with room for one more open
@@ -110,6 +133,7 @@ func (r *restorer) runWorkers(ctx context.Context, files *fileGate) {
 			return
 		}
 		files.open(to - started)
+		r.inflight.grow(int64(to-started) * r.opts.ChunkSize)
 		for ; started < to; started++ {
 			wg.Go(func() { r.worker(ctx) })
 		}

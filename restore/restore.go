@@ -43,7 +43,6 @@ import (
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/zeebo/blake3"
-	"golang.org/x/sync/semaphore"
 )
 
 // LatestStep asks Restore for the highest committed step.
@@ -62,6 +61,12 @@ const (
 	// GET and a round trip, get up to Concurrency GETs at once; big ones
 	// 16 ranges, as before.
 	DefaultInFlightChunks = 16
+	// budgetGrowth is how many times the default byte budget grows with
+	// the worker pool across the internet: one connection carries only
+	// so much (window over round trip), so at 80 ms 16 ranges in flight
+	// would cap a restore at 16 connections' worth. Growth adds a chunk
+	// of budget per worker added.
+	budgetGrowth = 4
 )
 
 // Options say what to restore where.
@@ -83,8 +88,10 @@ type Options struct {
 	// 64-256 KiB for small ones) plus a 256 KiB read-back buffer for each
 	// existing file being checked.
 	Concurrency int
-	// InFlightBytes bounds the bytes of the GETs in flight (default
-	// DefaultInFlightChunks x ChunkSize).
+	// InFlightBytes bounds the bytes of the GETs in flight. The default,
+	// DefaultInFlightChunks x ChunkSize, grows by a chunk for each worker
+	// the pool grows by (adapt.go), up to budgetGrowth times; a value set
+	// here is fixed.
 	InFlightBytes int64
 	// ChunkSize is the size of one ranged GET (default DefaultChunkSize),
 	// rounded down to a power of two (at least 1 KiB) so that every chunk
@@ -158,7 +165,8 @@ type PeerRequest struct {
 	// one after a retry, and for one byte past the end of an object.
 	Chunk int64
 	// Fetch are the files to download, in the order the restore fetches
-	// them.
+	// them. Packed files are in neither Fetch nor Held: they are read
+	// from the bucket.
 	Fetch []manifest.File
 	// Held are the files already in place with the manifest's size, which
 	// the restore re-verifies and keeps (or fetches, if their bytes
@@ -221,7 +229,8 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
 	}
-	if opts.InFlightBytes <= 0 {
+	growBudget := opts.InFlightBytes <= 0
+	if growBudget {
 		opts.InFlightBytes = DefaultInFlightChunks * opts.ChunkSize
 	}
 	opts.InFlightBytes = max(opts.InFlightBytes, minGetWeight)
@@ -241,7 +250,7 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := restoreManifest(ctx, opts, m, rtt)
+	res, err := restoreManifest(ctx, opts, m, rtt, growBudget)
 	if err != nil {
 		return res, fmt.Errorf("restore step %d: %w", m.Step, err)
 	}
@@ -293,7 +302,7 @@ type restorer struct {
 	queue  *queue
 	// inflight is the byte budget of the GETs in flight; bufs are the copy
 	// buffers by size class (see getBuffer).
-	inflight *semaphore.Weighted
+	inflight *budget
 	bufs     [len(bufClasses)]sync.Pool
 	ttfb     ttfbMeter // sizes the worker pool (adapt.go)
 	hashBufs sync.Pool
@@ -319,7 +328,7 @@ type restorer struct {
 	madeOutside []string // the target directory and its missing parents
 }
 
-func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rtt time.Duration) (Result, error) {
+func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rtt time.Duration, growBudget bool) (Result, error) {
 	res := Result{Step: m.Step, Manifest: m}
 	ranks := opts.Ranks
 	if opts.Nodes > 0 {
@@ -341,7 +350,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rt
 	if err != nil {
 		return res, err
 	}
-	r := newRestorer(opts, p)
+	r := newRestorer(opts, p, growBudget)
 	r.ttfb.seed = rtt
 	res.Files, res.Bytes = len(p.files), r.total
 	if opts.PlanOnly {
@@ -371,9 +380,9 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rt
 	return res, nil
 }
 
-func newRestorer(opts Options, p *plan) *restorer {
-	r := &restorer{opts: opts, store: opts.Store, bucket: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{},
-		inflight: semaphore.NewWeighted(opts.InFlightBytes)}
+func newRestorer(opts Options, p *plan, growBudget bool) *restorer {
+	r := &restorer{opts: opts, store: opts.Store, bucket: opts.Store, log: opts.Logger, queue: newQueue(), syncDirs: map[string]bool{}}
+	r.inflight = newBudget(opts.InFlightBytes, growBudget)
 	r.hashBufs.New = func() any { return &hashScratch{buf: make([]byte, hashBufSize), h: blake3.New()} }
 	for _, f := range p.files {
 		r.total += f.file.Size

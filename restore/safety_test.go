@@ -120,7 +120,7 @@ func TestRestoreSwapAfterPlan(t *testing.T) {
 	os.Remove(filepath.Join(dir, "sub"))
 	os.Symlink(elsewhere, filepath.Join(dir, "sub"))
 	opts := Options{Store: st, Prefix: testPrefix, Dir: dir, Concurrency: 2, ChunkSize: mib, Logger: zap.NewNop()}
-	err = newRestorer(opts, p).run(context.Background(), p)
+	err = newRestorer(opts, p, false).run(context.Background(), p)
 	if err == nil || !strings.Contains(err.Error(), "path escapes from parent") {
 		t.Fatalf("got %v, want the write refused", err)
 	}
