@@ -54,11 +54,16 @@ func FormatFor(format string, files []File) string {
 	return PackedFormat
 }
 
+// PackSep follows the attempt in a pack's key (PackKey): the packs of an
+// attempt are the keys that start with its folder's key, less its "/",
+// and PackSep.
+const PackSep = ".pack-"
+
 // PackKey is the object key of pack name written by one push attempt:
 // beside the attempt's folder of files (whose keys all continue with "/"),
 // so that no file path can name it.
 func PackKey(prefix string, step int64, attempt, name string) string {
-	return DataPrefix(prefix) + StepString(step) + "/" + attempt + ".pack-" + name
+	return DataPrefix(prefix) + StepString(step) + "/" + attempt + PackSep + name
 }
 
 // checkPack checks a file's pack fields: only format 3 packs, a pack holds

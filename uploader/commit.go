@@ -121,7 +121,7 @@ func logNodeCommit(opts pushJob, res PushResult) {
 // under attemptPrefix (manifest.DataKey's, ending in "/"): one of its files
 // or one of its packs (manifest.PackKey), beside that folder.
 func ownedBy(key, attemptPrefix string) bool {
-	return strings.HasPrefix(key, attemptPrefix) || strings.HasPrefix(key, strings.TrimSuffix(attemptPrefix, "/")+".pack-")
+	return strings.HasPrefix(key, attemptPrefix) || strings.HasPrefix(key, strings.TrimSuffix(attemptPrefix, "/")+manifest.PackSep)
 }
 
 // deleteAttempt deletes the objects one push attempt wrote (ownedBy), each

@@ -106,9 +106,6 @@ func checkObjects(ctx context.Context, st store.Store, files []manifest.File) (f
 	return out, nil
 }
 
-// packSep is what follows the attempt in a pack's key (manifest.PackKey).
-const packSep = ".pack-"
-
 // folder is the prefix listed to find f's object: its key's folder, or
 // for a pack, which lies in the step's folder beside the attempts' folders,
 // the packs of its attempt (<step>/<attempt>.pack-): listing the whole
@@ -116,8 +113,8 @@ const packSep = ".pack-"
 func folder(f manifest.File) string {
 	dir, base := path.Split(f.Key)
 	if f.Packed() {
-		if i := strings.Index(base, packSep); i >= 0 {
-			return dir + base[:i+len(packSep)]
+		if i := strings.Index(base, manifest.PackSep); i >= 0 {
+			return dir + base[:i+len(manifest.PackSep)]
 		}
 	}
 	return dir
