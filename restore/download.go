@@ -23,17 +23,8 @@ var ErrHashMismatch = errors.New("BLAKE3 mismatch")
 // once more after a hash mismatch (a byte flipped in transit should not fail
 // a long restore), then fails.
 func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error {
-	keep, err := r.keepExisting(ctx, job)
-	if err != nil {
-		return fmt.Errorf("check existing %s: %w", job.file.Path, err)
-	}
-	if keep {
-		r.mu.Lock()
-		r.kept++
-		r.mu.Unlock()
-		r.progress(job, job.file.Size)
-		r.log.Debug("kept existing file", zap.String("path", job.file.Path))
-		return nil
+	if keep, err := r.keep(ctx, job); err != nil || keep {
+		return err
 	}
 	for attempt := 1; ; attempt++ {
 		err := r.download(ctx, job, seq)
@@ -52,6 +43,23 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 		}
 		r.log.Warn("downloading file again", zap.String("path", job.file.Path), zap.Error(err))
 	}
+}
+
+// keep keeps job's file when a correct copy is already at its final path
+// (keepExisting), counting it as kept and done, and reports whether it did.
+func (r *restorer) keep(ctx context.Context, job *fileJob) (bool, error) {
+	keep, err := r.keepExisting(ctx, job)
+	if err != nil {
+		return false, fmt.Errorf("check existing %s: %w", job.file.Path, err)
+	}
+	if keep {
+		r.mu.Lock()
+		r.kept++
+		r.mu.Unlock()
+		r.progress(job, job.file.Size)
+		r.log.Debug("kept existing file", zap.String("path", job.file.Path))
+	}
+	return keep, nil
 }
 
 // keepExisting reports whether the final path already holds a regular file

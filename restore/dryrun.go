@@ -31,18 +31,26 @@ type Plan struct {
 // they are always read from the bucket.
 func (p *plan) split() (fetch []manifest.File, held []HeldFile) {
 	for _, j := range p.files {
-		if j.file.Packed() {
-			continue // read from the bucket, never from peers
+		switch {
+		case j.file.Packed():
+			// read from the bucket, never from peers
+		case p.inPlace(&j):
+			held = append(held, HeldFile{File: j.file, Path: j.rel})
+		default:
+			fetch = append(fetch, j.file)
 		}
-		if !j.absent {
-			if fi, err := os.Lstat(filepath.Join(p.root, j.rel)); err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size {
-				held = append(held, HeldFile{File: j.file, Path: j.rel})
-				continue
-			}
-		}
-		fetch = append(fetch, j.file)
 	}
 	return fetch, held
+}
+
+// inPlace reports whether the target directory holds a regular file at
+// j's path with the manifest's size (its content is not read).
+func (p *plan) inPlace(j *fileJob) bool {
+	if j.absent {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(p.root, j.rel))
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size
 }
 
 // summarize looks at what the target directory holds for each planned
@@ -50,15 +58,8 @@ func (p *plan) split() (fetch []manifest.File, held []HeldFile) {
 func summarize(p *plan, chunk int64) Plan {
 	var s Plan
 	s.Symlinks = len(p.links)
-	present := func(j *fileJob) bool {
-		if j.absent {
-			return false
-		}
-		fi, err := os.Lstat(filepath.Join(p.root, j.rel))
-		return err == nil && fi.Mode().IsRegular() && fi.Size() == j.file.Size
-	}
 	count := func(j *fileJob, gets int64) {
-		if present(j) {
+		if p.inPlace(j) {
 			s.Present++
 			s.PresentBytes += j.file.Size
 			s.PresentGETs += gets
@@ -77,7 +78,7 @@ func summarize(p *plan, chunk int64) Plan {
 	for _, u := range runs {
 		get := int64(1)
 		for _, j := range u.jobs {
-			if present(j) {
+			if p.inPlace(j) {
 				count(j, 1)
 				continue
 			}

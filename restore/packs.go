@@ -86,31 +86,46 @@ func packRuns(files []fileJob, chunk int64) (runs []*run, single []int) {
 	for _, u := range runs {
 		u.keep, u.placed = make([]bool, len(u.jobs)), make([]bool, len(u.jobs))
 	}
-	sort.Slice(runs, func(a, b int) bool { return runs[a].seq < runs[b].seq })
 	return runs, single
+}
+
+// unit is what one goroutine of fetchAll restores: the plan's file seq,
+// or a run of packed files.
+type unit struct {
+	seq int
+	run *run
+}
+
+// planUnits are the plan's files, runs of packed files in place of those
+// files, in plan order (a run at its first file's place).
+func planUnits(p *plan, chunk int64) []unit {
+	runs, single := packRuns(p.files, chunk)
+	out := make([]unit, 0, len(runs)+len(single))
+	for _, u := range runs {
+		out = append(out, unit{seq: u.seq, run: u})
+	}
+	for _, i := range single {
+		out = append(out, unit{seq: i})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].seq < out[b].seq })
+	return out
 }
 
 // restoreRun restores a run's files: those in place are kept, the others
 // fetched with one GET (a worker's fetchRun) and, if that left any,
 // one by one.
-func (r *restorer) restoreRun(ctx context.Context, u *run, seq int) error {
+func (r *restorer) restoreRun(ctx context.Context, u *run) error {
 	fetch := false
 	for i, job := range u.jobs {
-		keep, err := r.keepExisting(ctx, job)
+		keep, err := r.keep(ctx, job)
 		if err != nil {
-			return fmt.Errorf("check existing %s: %w", job.file.Path, err)
+			return err
 		}
-		if u.keep[i] = keep; keep {
-			r.mu.Lock()
-			r.kept++
-			r.mu.Unlock()
-			r.progress(job, job.file.Size)
-			continue
-		}
-		fetch = true
+		u.keep[i] = keep
+		fetch = fetch || !keep
 	}
 	if fetch {
-		t := newTransfer(u.jobs[0], seq, nil, r.opts.ChunkSize, 0)
+		t := newTransfer(u.jobs[0], u.seq, nil, r.opts.ChunkSize, 0)
 		t.run, t.chunks = u, 1
 		r.queue.push(t)
 		_, err := r.awaitSum(ctx, t)
@@ -130,7 +145,7 @@ func (r *restorer) restoreRun(ctx context.Context, u *run, seq int) error {
 		if u.keep[i] || u.placed[i] {
 			continue
 		}
-		if err := r.restoreFile(ctx, job, seq); err != nil {
+		if err := r.restoreFile(ctx, job, u.seq); err != nil {
 			return err
 		}
 	}

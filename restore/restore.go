@@ -30,7 +30,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sync"
 	"time"
@@ -268,7 +267,7 @@ func find(ctx context.Context, opts Options) (*manifest.Manifest, time.Duration,
 		filter = manifest.RanksFilter(opts.Ranks)
 	}
 	step := opts.Step
-	rtt := time.Duration(math.MaxInt64)
+	var rtt time.Duration
 	if step < 0 {
 		start := time.Now()
 		latest, err := remote.LatestStep(ctx, opts.Store, opts.Prefix)
@@ -282,11 +281,8 @@ func find(ctx context.Context, opts Options) (*manifest.Manifest, time.Duration,
 	if err != nil {
 		return nil, 0, fmt.Errorf("restore step %d: %w", step, err)
 	}
-	if !m.Sharded() {
-		rtt = min(rtt, time.Since(start)) // one GET; a sharded one is more
-	}
-	if rtt == math.MaxInt64 {
-		rtt = 0
+	if d := time.Since(start); !m.Sharded() && (rtt == 0 || d < rtt) {
+		rtt = d // one GET; a sharded one is more
 	}
 	return m, rtt, nil
 }
@@ -440,43 +436,19 @@ func (r *restorer) fetchAll(ctx context.Context, p *plan) error {
 		workers.Wait()
 	}()
 
-	runs, single := packRuns(p.files, r.opts.ChunkSize)
-	next := 0
-	for _, i := range single {
-		// Runs go in plan order among the other files.
-		for ; next < len(runs) && runs[next].seq < i; next++ {
-			if !r.startRun(gctx, g, files, runs[next]) {
-				return g.Wait()
-			}
-		}
+	for _, un := range planUnits(p, r.opts.ChunkSize) {
 		if err := files.Acquire(gctx, 1); err != nil {
-			return g.Wait()
-		}
-		job := &p.files[i]
-		g.Go(func() error {
-			defer files.Release(1)
-			return r.restoreFile(gctx, job, i)
-		})
-	}
-	for ; next < len(runs); next++ {
-		if !r.startRun(gctx, g, files, runs[next]) {
 			break
 		}
+		g.Go(func() error {
+			defer files.Release(1)
+			if un.run != nil {
+				return r.restoreRun(gctx, un.run)
+			}
+			return r.restoreFile(gctx, &p.files[un.seq], un.seq)
+		})
 	}
 	return g.Wait()
-}
-
-// startRun restores a run of packed files in g once the gate lets it,
-// and reports false if the group stopped first.
-func (r *restorer) startRun(ctx context.Context, g *errgroup.Group, files *fileGate, u *run) bool {
-	if err := files.Acquire(ctx, 1); err != nil {
-		return false
-	}
-	g.Go(func() error {
-		defer files.Release(1)
-		return r.restoreRun(ctx, u, u.seq)
-	})
-	return true
 }
 
 // progress reports that upto bytes of job are downloaded and hashed (a
