@@ -56,11 +56,7 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 			}
 			mf.BLAKE3, mf.Key, mf.PartSize = pre.blake3, f.Reuse.Key, f.Reuse.PartSize
 			mf.PackSize, mf.Offset = f.Reuse.PackSize, f.Reuse.Offset
-			u.stats.dedupFiles.Add(1)
-			u.stats.dedupBytes.Add(stamp.Size)
-			u.durable(stamp.Size)
-			u.progress.Deduplicated(stamp.Size)
-			u.opts.Logger.Debug("unchanged since the previous step; referencing its object", zap.String("file", f.RelPath), zap.String("key", f.Reuse.Key))
+			u.deduplicated(f, stamp.Size)
 			return mf, nil
 		}
 	}
@@ -89,6 +85,16 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 		}
 	}
 	return mf, nil
+}
+
+// deduplicated counts f, of size bytes, as unchanged since the earlier
+// step whose object (f.Reuse) it references: durable, and not sent.
+func (u *Uploader) deduplicated(f File, size int64) {
+	u.stats.dedupFiles.Add(1)
+	u.stats.dedupBytes.Add(size)
+	u.durable(size)
+	u.progress.Deduplicated(size)
+	u.opts.Logger.Debug("unchanged since the previous step; referencing its object", zap.String("file", f.RelPath), zap.String("key", f.Reuse.Key))
 }
 
 // partSizeFor returns the part size of the file at key, of size bytes, sent

@@ -156,7 +156,7 @@ func (u *Uploader) hashMember(ctx context.Context, m *packMember) (*manifest.Fil
 	}
 	defer fh.Close()
 	if stamp != m.stamp {
-		return nil, fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, m.stamp.Size, stamp.Size)
+		return nil, changed(m.stamp, stamp)
 	}
 	if u.opts.DropCache {
 		// The pack reads the file again; its pages go once it is sent.
@@ -173,10 +173,7 @@ func (u *Uploader) hashMember(ctx context.Context, m *packMember) (*manifest.Fil
 	}
 	ref := *r
 	ref.Path, ref.Rank = m.f.RelPath, m.f.Rank
-	u.stats.dedupFiles.Add(1)
-	u.stats.dedupBytes.Add(stamp.Size)
-	u.durable(stamp.Size)
-	u.progress.Deduplicated(stamp.Size)
+	u.deduplicated(m.f, stamp.Size)
 	return &ref, nil
 }
 

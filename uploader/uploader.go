@@ -346,9 +346,14 @@ func checkUnchanged(path string, before fileStamp) error {
 		return fmt.Errorf("stat after upload: %w", err)
 	}
 	if after != before {
-		return fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, before.Size, after.Size)
+		return changed(before, after)
 	}
 	return nil
+}
+
+// changed is the error for a file whose stamp went from before to after.
+func changed(before, after fileStamp) error {
+	return fmt.Errorf("%w (size %d -> %d): it must not be written to while ferry uploads it", ErrFileChanged, before.Size, after.Size)
 }
 
 // durable reports n more bytes on the server to the progress.
