@@ -112,9 +112,13 @@ func planPacks(files []File) (whole []int, packs [][]packMember) {
 func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]manifest.File, error) {
 	out := make([]manifest.File, len(members))
 	var send []*packMember
+	// The CRC32C of every member in order, from the hashing read: the
+	// pack's when no member is deduplicated.
+	var crc uint32
+	onBlock := func(b []byte) { crc = crc32.Update(crc, castagnoli, b) }
 	for k := range members {
 		m := &members[k]
-		ref, err := u.hashMember(ctx, m)
+		ref, err := u.hashMember(ctx, m, onBlock)
 		if err != nil {
 			return nil, fmt.Errorf("upload %s: %w", m.f.RelPath, err)
 		}
@@ -127,9 +131,12 @@ func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]mani
 	if len(send) == 0 {
 		return out, nil
 	}
-	key, size, crc, err := u.packKey(ctx, send)
-	if err != nil {
-		return nil, err
+	key, size := u.packKey(send)
+	if len(send) < len(members) {
+		var err error
+		if crc, err = u.packCRC(ctx, send); err != nil {
+			return nil, err
+		}
 	}
 	if err := u.putPack(ctx, key, size, crc, send); err != nil {
 		return nil, err
@@ -147,9 +154,10 @@ func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]mani
 	return out, nil
 }
 
-// hashMember hashes one file of a pack and returns its entry when it is
-// unchanged since the earlier step it may reuse (nil: it is to be sent).
-func (u *Uploader) hashMember(ctx context.Context, m *packMember) (*manifest.File, error) {
+// hashMember hashes one file of a pack, handing each block read to onBlock
+// too (the pack's CRC32C), and returns its entry when it is unchanged
+// since the earlier step it may reuse (nil: it is to be sent).
+func (u *Uploader) hashMember(ctx context.Context, m *packMember, onBlock func([]byte)) (*manifest.File, error) {
 	fh, stamp, err := openRegular(m.f.LocalPath)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
@@ -163,7 +171,7 @@ func (u *Uploader) hashMember(ctx context.Context, m *packMember) (*manifest.Fil
 		m.cache, _ = pagecache.Snapshot(fh, stamp.Size)
 	}
 	h := blake3.New()
-	if err := u.hashRange(ctx, fh, 0, stamp.Size, h, func([]byte) {}); err != nil {
+	if err := u.hashRange(ctx, fh, 0, stamp.Size, h, onBlock); err != nil {
 		return nil, err
 	}
 	m.sum = hex.EncodeToString(h.Sum(nil))
@@ -178,29 +186,37 @@ func (u *Uploader) hashMember(ctx context.Context, m *packMember) (*manifest.Fil
 }
 
 // packKey places the files to send one after the other and returns the
-// pack's key (named by the files' paths and hashes), size and CRC32C. The
-// CRC32C is computed from a second read of the files, which the server
-// checks against the bytes sent: a file changed after its BLAKE3 was taken
-// fails the PUT instead of being committed with the wrong hash.
-func (u *Uploader) packKey(ctx context.Context, send []*packMember) (string, int64, uint32, error) {
+// pack's key (named by the files' paths and hashes) and size.
+func (u *Uploader) packKey(send []*packMember) (string, int64) {
 	name := blake3.New()
 	var size int64
-	var crc uint32
 	for _, m := range send {
 		m.off = size
 		size += m.stamp.Size
 		fmt.Fprintf(name, "%s\x00%d\x00%s\n", m.f.RelPath, m.stamp.Size, m.sum)
+	}
+	return u.opts.PackKey(hex.EncodeToString(name.Sum(nil)[:12])), size
+}
+
+// packCRC reads the files to send again for the pack's CRC32C: needed
+// once a deduplicated file left the pack, as the CRC32C of the hashing
+// read then covers bytes the pack does not hold. The server checks the
+// CRC32C against the bytes sent, so a file changed after its BLAKE3 was
+// taken fails the PUT instead of being committed with the wrong hash.
+func (u *Uploader) packCRC(ctx context.Context, send []*packMember) (uint32, error) {
+	var crc uint32
+	for _, m := range send {
 		fh, err := os.Open(m.f.LocalPath)
 		if err != nil {
-			return "", 0, 0, fmt.Errorf("upload %s: open: %w", m.f.RelPath, err)
+			return 0, fmt.Errorf("upload %s: open: %w", m.f.RelPath, err)
 		}
 		err = u.hashRange(ctx, fh, 0, m.stamp.Size, io.Discard, func(b []byte) { crc = crc32.Update(crc, castagnoli, b) })
 		fh.Close()
 		if err != nil {
-			return "", 0, 0, fmt.Errorf("upload %s: %w", m.f.RelPath, err)
+			return 0, fmt.Errorf("upload %s: %w", m.f.RelPath, err)
 		}
 	}
-	return u.opts.PackKey(hex.EncodeToString(name.Sum(nil)[:12])), size, crc, nil
+	return crc, nil
 }
 
 // putPack sends the pack with one PUT whose body reads the files in turn,
