@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // composerLayout: MosaicML Composer's save_folder with the default names.
@@ -53,7 +54,7 @@ func (composerLayout) Recognize(t *Tree) bool {
 
 func (composerLayout) Steps(t *Tree) []Candidate {
 	single := map[int64]*Candidate{}
-	latest := map[int]int64{} // rank -> batch its latest link names
+	latest := map[int]latestLink{} // rank -> what its latest link names
 	var folders []Candidate
 	for _, e := range t.Children("") {
 		name := e.Name()
@@ -62,7 +63,7 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 			if m := composerLatest.FindStringSubmatch(name); m != nil {
 				if b, ok := composerBatch(path.Base(e.Target)); ok {
 					r, _ := strconv.Atoi(m[1])
-					latest[r] = b
+					latest[r] = latestLink{batch: b, path: e.Path, modTime: e.ModTime}
 				}
 			}
 		case e.IsDir():
@@ -71,6 +72,7 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 					c := folderStep(t, e.Path, b)
 					if md, ok := t.Get(e.Path + "/" + dcpMetadata); ok && md.IsRegular() {
 						c.Finished, c.Proof = true, ProofMarker
+						requireFresh(t, &c, md.Path, nil)
 					} else {
 						c.Waiting = "no " + dcpMetadata
 					}
@@ -101,12 +103,20 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 	return out
 }
 
+// latestLink is a rank's latest-rank{R}.pt link: the batch it names and
+// when it was last repointed.
+type latestLink struct {
+	batch   int64
+	path    string
+	modTime time.Time
+}
+
 // composerSingle applies the latest-rank links to a single-file step of
 // batch b: any rank whose link names an earlier batch is still saving b
 // (ranks save and repoint their links independently, so one can be a save
 // behind, with or without a file in b yet); a rank whose link names b or
 // later has finished its file. Links are built for the step's ranks.
-func composerSingle(c *Candidate, b int64, latest map[int]int64) {
+func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
 	c.Finished = true
 	var behind []string
 	var ranks []int
@@ -115,8 +125,17 @@ func composerSingle(c *Candidate, b int64, latest map[int]int64) {
 	}
 	sort.Ints(ranks)
 	for _, r := range ranks {
-		if lb := latest[r]; lb < b {
+		if lb := latest[r].batch; lb < b {
 			behind = append(behind, "latest-rank"+strconv.Itoa(r)+".pt still names batch "+strconv.FormatInt(lb, 10))
+		}
+	}
+	for _, f := range c.Step.Files {
+		// A link vouches only for a file written before it was repointed:
+		// a rank that saved the batch again (a rolled-back run) has not
+		// finished until it repoints its link once more.
+		if l, ok := latest[rankOr(f.Rank)]; ok && f.Rank != nil && l.batch >= b && f.ModTime.After(l.modTime) {
+			behind = append(behind, l.path+" is older than "+f.RelPath+": the rank saved it again and has not repointed its link yet")
+			c.Stale = true
 		}
 	}
 	if len(behind) > 0 {
@@ -127,7 +146,7 @@ func composerSingle(c *Candidate, b int64, latest map[int]int64) {
 		if f.Rank == nil {
 			continue
 		}
-		if lb, ok := latest[*f.Rank]; ok && lb >= b {
+		if l, ok := latest[*f.Rank]; ok && l.batch >= b && !f.ModTime.After(l.modTime) {
 			done = append(done, "rank "+strconv.Itoa(*f.Rank))
 		}
 		c.Step.Symlinks = append(c.Step.Symlinks, Symlink{
@@ -139,6 +158,13 @@ func composerSingle(c *Candidate, b int64, latest map[int]int64) {
 		// A rank's link, repointed after its save, is its own marker.
 		c.Ranks, c.Proof = done, ProofRanks
 	}
+}
+
+func rankOr(r *int) int {
+	if r == nil {
+		return -1
+	}
+	return *r
 }
 
 func composerStep(m map[int64]*Candidate, b int64) *Candidate {

@@ -17,7 +17,9 @@ import (
 //     skipped with a warning.
 //   - Marker: ".metadata", which the coordinator writes as ".metadata.tmp"
 //     and renames last, after every rank reported its writes done: proof
-//     that the file set is final (ProofMarker).
+//     that the file set is final (ProofMarker), once it is newer than
+//     every file of the folder (a save into a folder that already holds
+//     a .metadata waits for the new one).
 //   - Files: everything in the folder. Ranks by RankOf: "__{R}_{n}.distcp"
 //     gives R; ".metadata" is shared.
 //   - Pointer: none; DCP has no "latest" convention.
@@ -74,6 +76,7 @@ func (l *dcpLayout) Steps(t *Tree) []Candidate {
 		c := folderStep(t, e.Path, n)
 		if m, ok := t.Get(e.Path + "/" + dcpMetadata); ok && m.IsRegular() {
 			c.Finished, c.Proof = true, ProofMarker
+			requireFresh(t, &c, m.Path, nil)
 		} else {
 			c.Waiting = "no " + dcpMetadata
 		}

@@ -14,7 +14,9 @@ import (
 //     the tag (no newline) after its own save, possibly before other ranks'
 //     ZeRO files are done. A step is finished when latest names it or a
 //     later step (a step saved while the agent was down is still
-//     uploaded). Each rank writes its model states, then its optimizer
+//     uploaded), and latest is newer than rank 0's files of the step
+//     (a step saved again after a rollback waits for latest to be
+//     rewritten). Each rank writes its model states, then its optimizer
 //     states: while a rank has "zero_pp_rank_D_mp_rank_M_model_states.pt"
 //     but not its "..._optim_states.pt" in a step that has optimizer
 //     states, the step is held. The marker, that rule and
@@ -55,11 +57,28 @@ func (deepspeedLayout) Steps(t *Tree) []Candidate {
 		if !c.Finished {
 			c.Waiting = "latest does not name " + root + " or a later tag"
 		}
+		requireFresh(t, &c, deepspeedLatest, latestCovers)
 		c.Held, c.Proof = zeroHeld(&c), ProofRanks
 		c.Step.Generated = []Generated{{RelPath: deepspeedLatest, Data: []byte(root)}}
 		out = append(out, c)
 	}
 	return out
+}
+
+var modelStates = regexp.MustCompile(`(?:^|/)mp_rank_(\d+)_model_states\.pt$`)
+
+// latestCovers reports whether rank 0's latest file vouches for a file:
+// rank 0 writes latest after its own files, while other ranks may still
+// write theirs, so it covers the files of data-parallel rank 0 of model
+// rank 0 and files no rank's name is on.
+func latestCovers(f File) bool {
+	if m := rankZero.FindStringSubmatch(f.RelPath); m != nil {
+		return m[1] == "0" && strings.TrimLeft(m[2], "0") == ""
+	}
+	if m := modelStates.FindStringSubmatch(f.RelPath); m != nil {
+		return strings.TrimLeft(m[1], "0") == ""
+	}
+	return true
 }
 
 var zeroKind = regexp.MustCompile(`zero_pp_rank_(\d+)_mp_rank_(\d+)_(model|optim)_states\.pt$`)

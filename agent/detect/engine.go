@@ -21,6 +21,8 @@ type engine struct {
 	rootReal  string // the root with links resolved, for link checks
 	warned    map[string]bool
 	openCheck func(abs string) error
+	// torn caches tornReason by file path, size and time.
+	torn map[stat]string
 }
 
 func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
@@ -111,6 +113,9 @@ func (e *engine) blocked(c *Candidate) string {
 		if w := writers(c); len(w) < e.opts.ExpectedRanks {
 			return fmt.Sprintf("files of %d of %d expected ranks", len(w), e.opts.ExpectedRanks)
 		}
+	}
+	if p, why := e.tornFile(c); p != "" {
+		return "file " + p + ": " + why
 	}
 	return ""
 }

@@ -76,6 +76,9 @@ func TestSettleWindowRestartsOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	// The coordinator writes .metadata again after the shard (a marker
+	// older than the bytes proves nothing).
+	write(t, dir, "step_100/.metadata", "metadata again")
 	h.expect(time.Millisecond)
 	h.expect(testSettle - time.Millisecond)
 	evs := h.expect(time.Millisecond, "complete 100")
@@ -165,8 +168,8 @@ func TestDeletedSteps(t *testing.T) {
 		t.Error("state of deleted pending step kept")
 	}
 	// Recreated, it is a new step.
-	write(t, dir, "checkpoint-500/trainer_state.json", "{}")
 	write(t, dir, "checkpoint-500/model.safetensors", "again")
+	write(t, dir, "checkpoint-500/trainer_state.json", "{}")
 	h.expect(0)
 	h.expect(testSettle, "complete 500")
 }
@@ -183,9 +186,19 @@ func TestChangedAfterReport(t *testing.T) {
 	if !errors.Is(evs[0].Err, ErrChanged) {
 		t.Errorf("deleted err = %v, want ErrChanged", evs[0].Err)
 	}
-	// A late file of a new rank is a change too.
+	// A late file of a new rank is a change too. Under the old .metadata
+	// neither is ever reported: the marker predates them (a re-save in
+	// progress, or one killed halfway).
 	write(t, dir, "step_100/__2_0.distcp", "rank 2 shard")
 	h.expect(testSettle / 2)
+	h.expect(testSettle)
+	h.expect(time.Hour)
+	if p := h.w.Pending(); len(p) != 2 || p[0].Step != 100 || !strings.Contains(p[0].Reason, ".metadata is older than") {
+		t.Fatalf("pending %+v, want step 100 waiting for a fresh marker", p)
+	}
+	// The save completes: the coordinator writes .metadata again.
+	write(t, dir, "step_100/.metadata", "new metadata")
+	h.expect(0)
 	evs = h.expect(testSettle, "complete 100")
 	if len(evs[0].Step.Files) != 4 {
 		t.Errorf("files %v, want 4", evs[0].Step.Files)

@@ -13,7 +13,8 @@ import (
 //     temporary name and never a step.)
 //   - Marker: "trainer_state.json" in the folder, which the main process
 //     writes after the model, optimizer, scheduler and (in recent versions)
-//     RNG state. On other nodes of a multi-node job saving to local disks it
+//     RNG state; it vouches for them only when newer than each (other
+//     ranks' RNG states may come after it). On other nodes of a multi-node job saving to local disks it
 //     never appears: see Options.NoMarker.
 //   - Ranks: each process writes "rng_state_{R}.pth" ("rng_state.pth"
 //     alone) after its model and optimizer shards, and another rank's can
@@ -48,10 +49,18 @@ func (hfLayout) Steps(t *Tree) []Candidate {
 		} else {
 			c.Waiting = "no " + hfMarker
 		}
+		requireFresh(t, &c, root+"/"+hfMarker, hfCovered)
 		c.Ranks, c.Proof = hfRanks(&c)
 		out = append(out, c)
 	}
 	return out
+}
+
+// hfCovered reports whether trainer_state.json vouches for a file: every
+// file but another rank's RNG state, which that rank may write after it.
+func hfCovered(f File) bool {
+	m := rankRNG.FindStringSubmatch(path.Base(f.RelPath))
+	return m == nil || m[1] == "0"
 }
 
 // hfRanks returns the ranks whose RNG state is in a Hugging Face step,

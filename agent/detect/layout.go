@@ -56,6 +56,9 @@ type Candidate struct {
 	// this batch), counted against Options.ExpectedRanks instead of the
 	// writers the file names give.
 	Ranks []string
+	// Stale is set when the layout's marker exists but is older than
+	// bytes it vouches for (proof.go): the step waits for a fresh one.
+	Stale bool
 	// Temps are paths with temporary names inside the step: while any
 	// exists the step is not complete.
 	Temps []string

@@ -11,7 +11,9 @@ import (
 //     the number is the iteration.
 //   - Marker: "latest_checkpointed_iteration.txt" in the root, which rank 0
 //     writes after the save with the iteration number. A step is finished
-//     when the tracker names it or a later iteration. A tracker holding
+//     when the tracker names it or a later iteration and is newer than
+//     every file of the folder (a folder written again after a rollback
+//     waits for the tracker to be rewritten). A tracker holding
 //     "release" names no step. Rank 0 updates the tracker after a barrier
 //     that every rank reaches once its files are written, so the tracker
 //     changing to name an iteration while the agent watches proves that
@@ -67,6 +69,7 @@ func (l *megatronLayout) Steps(t *Tree) []Candidate {
 		if !c.Finished {
 			c.Waiting = megatronTracker + " does not name iteration " + strconv.FormatInt(n, 10) + " or later"
 		}
+		requireFresh(t, &c, megatronTracker, nil)
 		c.Step.Generated = []Generated{{RelPath: megatronTracker, Data: []byte(strconv.FormatInt(n, 10))}}
 		out = append(out, c)
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -135,22 +136,79 @@ func (e *engine) warnStuck(c *Candidate, why string) {
 	if e.opts.ExpectedRanks > 0 {
 		fields = append(fields, zap.Int("expected_ranks", e.opts.ExpectedRanks), zap.Strings("ranks_seen", writers(c)))
 	}
-	e.log.Warn("step unchanged for a settle window but not complete; it waits ("+stuckHint(why)+")", fields...)
+	e.log.Warn("step unchanged for a settle window but not complete; it waits ("+stuckHint(c, why)+")", fields...)
 }
 
 // stuckHint says what the operator can do about a reason a step waits.
-func stuckHint(why string) string {
+func stuckHint(c *Candidate, why string) string {
 	switch {
+	case c.Stale:
+		return "its files changed after the framework declared it complete; if the save was interrupted this version is torn and is not committed: the trainer's next complete save replaces it, and the bucket keeps the last complete version"
 	case strings.HasPrefix(why, "files of "):
 		return "--expected-ranks counts the ranks of this node that write files; check it, or leave it unset"
 	case strings.HasPrefix(why, "marker: "):
-		return "a node without global rank 0 never sees the marker: run its agent with --no-marker"
+		return "the framework writes the marker last: if the save was interrupted the step is torn and is not committed; on a node that never holds global rank 0, see docs/many-nodes.md (--no-marker with --expected-ranks)"
 	case strings.HasPrefix(why, "step folder "):
 		return "ferry does not follow links: watch the link's target, or save into the watched directory"
 	case strings.Contains(why, "latest-rank"):
 		return "a rank's latest link names an earlier batch: remove the link of a rank that no longer saves"
+	case strings.HasPrefix(why, "file ") && strings.Contains(why, "cut short"):
+		return "a file of the step is torn (its writer was killed or is still writing): the step is not committed until the trainer saves it whole"
 	case strings.HasPrefix(why, "optimizer states "):
 		return "a rank wrote its model states but not yet its optimizer states"
 	}
 	return "see ferry status"
+}
+
+// Fresh evidence. A marker is something a framework writes after the
+// bytes it vouches for; it proves them only if it really was written
+// after them. A marker left from an earlier save (a job rolled back and
+// saving the step again, killed halfway; a folder overwritten at every
+// save) is older than the new bytes and proves nothing about them: the
+// step waits until the framework writes its marker again, and a step
+// whose marker never comes back is reported (warnStuck), never committed.
+//
+// "Written after" is read from modification times, both set by the same
+// kernel (or, on a network filesystem, the same server) from the same
+// clock. Times are compared with >=: the kernel stamps files from a
+// coarse clock (a few milliseconds), so a marker written right after the
+// last shard may carry the same time; a stale marker is one a save has
+// since overtaken by a whole tick at least.
+
+// staleMarker returns why the marker at markerPath does not vouch for the
+// files of c that covers accepts (all when covers is nil): the newest such
+// file was modified after the marker. "" when the marker is fresh or
+// absent (absence is the layout's own rule).
+func staleMarker(t *Tree, c *Candidate, markerPath string, covers func(File) bool) string {
+	m, ok := t.Get(markerPath)
+	if !ok {
+		return ""
+	}
+	var newest *File
+	for i := range c.Step.Files {
+		f := &c.Step.Files[i]
+		if f.RelPath == markerPath || covers != nil && !covers(*f) {
+			continue
+		}
+		if newest == nil || f.ModTime.After(newest.ModTime) {
+			newest = f
+		}
+	}
+	if newest == nil || !newest.ModTime.After(m.ModTime) {
+		return ""
+	}
+	return fmt.Sprintf("%s is older than %s, written %v after it: the step was saved again after its marker (a save still running, or one that was interrupted)",
+		markerPath, newest.RelPath, newest.ModTime.Sub(m.ModTime).Round(time.Millisecond))
+}
+
+// requireFresh applies staleMarker to a finished candidate: a stale marker
+// makes it unfinished, waiting for a fresh one.
+func requireFresh(t *Tree, c *Candidate, markerPath string, covers func(File) bool) {
+	if !c.Finished {
+		return
+	}
+	if why := staleMarker(t, c, markerPath, covers); why != "" {
+		c.Finished, c.Waiting, c.Stale = false, why, true
+	}
+	c.Step.Marker = markerPath
 }

@@ -168,8 +168,9 @@ func TestRunRenamedFolderIsWatched(t *testing.T) {
 	if len(ev.Step.Files) != 2 || ev.Step.Files[0].RelPath != "checkpoint-7/model.safetensors" {
 		t.Errorf("files %v", ev.Step.Files)
 	}
-	// The renamed folder must still be watched: a late file is seen.
-	write(t, dir, "checkpoint-7/rng_state.pth", "late")
+	// The renamed folder must still be watched: a late file is seen (a
+	// rank's RNG state, which may land after trainer_state.json).
+	write(t, dir, "checkpoint-7/rng_state_1.pth", "late")
 	ev = r.expect(Deleted, 7)
 	if !errors.Is(ev.Err, ErrChanged) {
 		t.Errorf("err %v, want ErrChanged", ev.Err)

@@ -293,7 +293,6 @@ func writerCases() []writerCase {
 		{
 			name: "dcp/a second descriptor closes a shard its writer still holds open",
 			save: func(w *trainer) {
-				w.text("step_100/.metadata", "metadata")
 				if err := os.MkdirAll(w.abs("step_100"), 0o755); err != nil {
 					w.t.Fatal(err)
 				}
@@ -301,8 +300,7 @@ func writerCases() []writerCase {
 				if err != nil {
 					w.t.Fatal(err)
 				}
-				data := w.bytesFor("step_100/__0_0.distcp", 256*kib)
-				if _, err := f.Write(data[:128*kib]); err != nil {
+				if _, err := f.Write(w.bytesFor("step_100/__0_0.distcp", 256*kib)); err != nil {
 					w.t.Fatal(err)
 				}
 				touch, err := os.OpenFile(w.abs("step_100/__0_0.distcp"), os.O_WRONLY, 0)
@@ -310,15 +308,21 @@ func writerCases() []writerCase {
 					w.t.Fatal(err)
 				}
 				touch.Close()
+				w.text("step_100/.metadata", "metadata")
 				time.Sleep(2 * time.Second)
-				if _, err := f.Write(data[128*kib:]); err != nil {
-					w.t.Fatal(err)
-				}
 				if err := f.Close(); err != nil {
 					w.t.Fatal(err)
 				}
 			},
 			step: 100, files: []string{"step_100/.metadata", "step_100/__0_0.distcp"}, firstCommitFinal: true,
+		},
+		{
+			name: "dcp/shard written on after .metadata (an old marker): never committed, and the agent says why",
+			save: func(w *trainer) {
+				w.text("step_100/.metadata", "metadata")
+				w.write("step_100/__0_0.distcp", 256*kib, 2, time.Second)
+			},
+			step: 100, never: ".metadata is older than step_100/__0_0.distcp",
 		},
 		{
 			name: "dcp/a committed step saved again with other bytes is revised",
@@ -458,6 +462,7 @@ func fullWriterCases(flat []string) []writerCase {
 				w.link("latest-rank0.pt", "ep0-ba10-rank0.pt")
 				w.committedStep(10)
 				w.file("ep0-ba10-rank0.pt", 96*kib)
+				w.link("latest-rank0.pt", "ep0-ba10-rank0.pt") // repointed after the save, as Composer does
 			},
 			step: 10, files: []string{"ep0-ba10-rank0.pt"}, generated: []string{"latest-rank0.pt"},
 		},

@@ -42,6 +42,12 @@ type Step struct {
 	// never one of Files. Restoring Files plus Generated gives the trainer a
 	// tree it resumes from at exactly this step.
 	Generated []Generated
+	// Marker is the path (as RelPath) of the file whose presence, written
+	// after the others, proves the step complete (DCP's .metadata, Hugging
+	// Face's trainer_state.json, DeepSpeed's latest...), or "" when the
+	// layout has none. A caller comparing two versions of a step learns
+	// from it whether the framework declared the newer one complete again.
+	Marker string
 }
 
 // File is a regular file of a step.

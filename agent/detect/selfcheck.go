@@ -1,0 +1,158 @@
+package detect
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// A file's own evidence. Some formats end with a record written after
+// every byte before it, so a file cut short shows it whatever its writer
+// did on the way out (a killed process's descriptors are closed by the
+// kernel, which looks like a normal close):
+//
+//   - torch.save (since PyTorch 1.6) writes a zip archive: its end of
+//     central directory record is the last thing written, and points back
+//     at the central directory. A file that starts like a zip archive but
+//     has no such record at its end, or one that does not point where it
+//     should, is torn.
+//   - safetensors starts with the length of a JSON header that gives every
+//     tensor's byte range: a complete file ends exactly where the last
+//     range ends.
+//
+// A step holding a torn file waits, whatever its marker says (a marker
+// left from an earlier save, or a DeepSpeed rank killed after rank 0
+// wrote latest). Other formats make no claim here.
+
+const (
+	zipLocalMagic = "PK\x03\x04"
+	zipEndMagic   = "PK\x05\x06"
+	zipEndLen     = 22
+	zipMaxComment = 0xffff
+	// maxSafetensorsHeader bounds the header read: real headers are
+	// kilobytes to a few megabytes.
+	maxSafetensorsHeader = 64 << 20
+)
+
+// tornReason returns why the file at abs is cut short by its own format's
+// rules, or "" when it is whole or its format says nothing. Errors
+// reading it are not reported here (the readability check reports them).
+func tornReason(abs, name string) string {
+	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	size := fi.Size()
+	head := make([]byte, 8)
+	if n, _ := io.ReadFull(f, head); n < len(head) {
+		if n >= 4 && string(head[:4]) == zipLocalMagic {
+			return "it is cut short (a zip archive, as torch.save writes, without its end record)"
+		}
+		return ""
+	}
+	switch {
+	case string(head[:4]) == zipLocalMagic:
+		return zipTorn(f, size)
+	case strings.HasSuffix(name, ".safetensors"):
+		return safetensorsTorn(f, size, binary.LittleEndian.Uint64(head))
+	}
+	return ""
+}
+
+// zipTorn checks a zip archive's end of central directory record.
+func zipTorn(f *os.File, size int64) string {
+	const torn = "it is cut short (a zip archive, as torch.save writes, without its end record)"
+	if size < zipEndLen {
+		return torn
+	}
+	n := min(size, zipEndLen+zipMaxComment)
+	tail := make([]byte, n)
+	if _, err := f.ReadAt(tail, size-n); err != nil {
+		return ""
+	}
+	for i := len(tail) - zipEndLen; i >= 0; i-- {
+		if string(tail[i:i+4]) != zipEndMagic {
+			continue
+		}
+		comment := int(binary.LittleEndian.Uint16(tail[i+20:]))
+		if i+zipEndLen+comment != len(tail) {
+			continue
+		}
+		cdSize := int64(binary.LittleEndian.Uint32(tail[i+12:]))
+		cdOffset := int64(binary.LittleEndian.Uint32(tail[i+16:]))
+		end := size - n + int64(i)
+		if cdOffset == 0xffffffff || cdSize == 0xffffffff {
+			return "" // zip64: the record's presence at the end is the evidence
+		}
+		if cdOffset+cdSize != end {
+			return fmt.Sprintf("its zip end record points at a central directory ending at byte %d, not at %d where the record is", cdOffset+cdSize, end)
+		}
+		return ""
+	}
+	return torn
+}
+
+// safetensorsTorn checks that a safetensors file ends where its header's
+// last tensor does.
+func safetensorsTorn(f *os.File, size int64, headerLen uint64) string {
+	if headerLen == 0 || headerLen > maxSafetensorsHeader {
+		return "" // not a header we understand: no claim
+	}
+	if int64(8+headerLen) > size {
+		return fmt.Sprintf("it is cut short (a safetensors header of %d bytes in a file of %d)", headerLen, size)
+	}
+	raw := make([]byte, headerLen)
+	if _, err := f.ReadAt(raw, 8); err != nil {
+		return ""
+	}
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(bytes.TrimRight(raw, " "), &header); err != nil {
+		return ""
+	}
+	var end uint64
+	for name, v := range header {
+		if name == "__metadata__" {
+			continue
+		}
+		var t struct {
+			Offsets []uint64 `json:"data_offsets"`
+		}
+		if json.Unmarshal(v, &t) == nil && len(t.Offsets) == 2 {
+			end = max(end, t.Offsets[1])
+		}
+	}
+	if want := int64(8 + headerLen + end); want != size {
+		return fmt.Sprintf("it is %d bytes where its safetensors header says %d", size, want)
+	}
+	return ""
+}
+
+// tornFile returns the first file of c cut short by its own format, with
+// the reason, using the engine's cache so an unchanged file is read once.
+func (e *engine) tornFile(c *Candidate) (string, string) {
+	if e.torn == nil || len(e.torn) > 1<<16 {
+		e.torn = map[stat]string{}
+	}
+	for _, f := range c.Step.Files {
+		key := stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
+		why, ok := e.torn[key]
+		if !ok {
+			why = tornReason(e.tree.abs(f.RelPath), f.RelPath)
+			e.torn[key] = why
+		}
+		if why != "" {
+			return f.RelPath, why
+		}
+	}
+	return "", ""
+}
