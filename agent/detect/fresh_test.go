@@ -1,10 +1,10 @@
 package detect
 
 import (
-	"fmt"
 	"archive/zip"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
