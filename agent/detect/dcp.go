@@ -11,15 +11,22 @@ import (
 // with FileSystemWriter, one folder per step.
 //
 //   - Steps are folders in the root holding "*.distcp" files or a
-//     ".metadata" (or its ".metadata.tmp"). The step is the folder name's
-//     trailing digits ("step_100", "step-100", "100"), or what
-//     Options.StepPattern reads from the name; folders with neither are
-//     skipped with a warning.
-//   - Marker: ".metadata", which the coordinator writes as ".metadata.tmp"
-//     and renames last, after every rank reported its writes done: proof
-//     that the file set is final (ProofMarker), once it is newer than
-//     every file of the folder (a save into a folder that already holds
-//     a .metadata waits for the new one).
+//     ".metadata" (or its ".metadata.tmp"), directly or one or two levels
+//     down (OLMo's "stepN/model_and_optim/", NeMo 2's "weights/"). The
+//     whole name must be a step name ([DCPStepName]): "step-100",
+//     "step_100", "step100", "global_step100", "iter_100", "checkpoint-100",
+//     "ckpt_100", "epoch_3", "100", or NeMo's "...-step=100-..."; or what
+//     Options.StepPattern reads from the name. Other folders are skipped
+//     with a warning, so a temporary folder ("tmp-4242", mkdtemp's
+//     "tmpab12cd9") is never a step whatever digits it carries. NeMo's
+//     "...-last" copy of a step is the same step: the two folders are one
+//     step with both folders' files.
+//   - Marker: ".metadata" in every folder holding "*.distcp" files, which
+//     the coordinator writes as ".metadata.tmp" and renames last, after
+//     every rank reported its writes done: proof that the file set is
+//     final (ProofMarker), once it is newer than every file of its folder
+//     (a save into a folder that already holds a .metadata waits for the
+//     new one).
 //   - Files: everything in the folder. Ranks by RankOf: "__{R}_{n}.distcp"
 //     gives R; ".metadata" is shared.
 //   - Pointer: none; DCP has no "latest" convention.
@@ -29,11 +36,30 @@ type dcpLayout struct {
 	warned  map[string]bool
 }
 
-var dcpTrailing = regexp.MustCompile(`(\d+)$`)
+var (
+	dcpStepName = regexp.MustCompile(`(?i)^(?:(?:global_)?step|iter(?:ation)?|checkpoint|ckpt|epoch|batch)?[-_]?(\d+)$`)
+	nemoStep    = regexp.MustCompile(`(?:^|[-_])step=(\d+)(?:[-_]|$)`)
+)
+
+// DCPStepName reads the step number from a DCP step folder's name with
+// the default rules (see dcpLayout); ok is false for any other name.
+func DCPStepName(name string) (int64, bool) {
+	if IsTempName(name) {
+		return 0, false
+	}
+	if m := nemoStep.FindStringSubmatch(name); m != nil {
+		return parseStep(m[1])
+	}
+	if m := dcpStepName.FindStringSubmatch(name); m != nil {
+		return parseStep(m[1])
+	}
+	return 0, false
+}
 
 const (
 	dcpMetadata    = ".metadata"
 	dcpMetadataTmp = ".metadata.tmp"
+	nemoLast       = "-last"
 )
 
 func (*dcpLayout) Name() string { return "dcp" }
@@ -45,27 +71,41 @@ func (l *dcpLayout) stepFolder(name string) bool {
 
 func (*dcpLayout) Recognize(t *Tree) bool {
 	for _, e := range t.Children("") {
-		if e.IsDir() && isDCPFolder(t, e.Path) {
+		if e.IsDir() && len(dcpFolders(t, e.Path, 2)) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-func isDCPFolder(t *Tree, dir string) bool {
+// dcpFolders returns dir and the folders below it, depth levels down at
+// most, that hold DCP files.
+func dcpFolders(t *Tree, dir string, depth int) []string {
+	var out []string
+	holds := false
 	for _, e := range t.Children(dir) {
 		name := e.Name()
-		if name == dcpMetadata || name == dcpMetadataTmp || strings.HasSuffix(name, ".distcp") {
-			return true
+		switch {
+		case name == dcpMetadata || name == dcpMetadataTmp || strings.HasSuffix(name, ".distcp"):
+			holds = true
+		case e.IsDir() && depth > 0 && !IsTempName(name):
+			out = append(out, dcpFolders(t, e.Path, depth-1)...)
 		}
 	}
-	return false
+	if holds {
+		out = append([]string{dir}, out...)
+	}
+	return out
 }
 
 func (l *dcpLayout) Steps(t *Tree) []Candidate {
-	var out []Candidate
+	byStep := map[int64][]Candidate{}
 	for _, e := range t.Children("") {
-		if !e.IsDir() || IsTempName(e.Name()) || !isDCPFolder(t, e.Path) {
+		if !e.IsDir() || IsTempName(e.Name()) {
+			continue
+		}
+		folders := dcpFolders(t, e.Path, 2)
+		if len(folders) == 0 {
 			continue
 		}
 		n, ok := l.number(e.Name())
@@ -74,23 +114,67 @@ func (l *dcpLayout) Steps(t *Tree) []Candidate {
 			continue
 		}
 		c := folderStep(t, e.Path, n)
-		if m, ok := t.Get(e.Path + "/" + dcpMetadata); ok && m.IsRegular() {
-			c.Finished, c.Proof = true, ProofMarker
-			requireFresh(t, &c, m.Path, nil)
-		} else {
-			c.Waiting = "no " + dcpMetadata
+		c.Finished, c.Proof = true, ProofMarker
+		for _, d := range folders {
+			l.requireMetadata(t, &c, d)
 		}
-		out = append(out, c)
+		byStep[n] = append(byStep[n], c)
+	}
+	var out []Candidate
+	for _, cs := range byStep {
+		out = append(out, mergeNeMoLast(cs)...)
 	}
 	return out
 }
 
-func (l *dcpLayout) number(name string) (int64, bool) {
-	re := dcpTrailing
-	if l.pattern != nil {
-		re = l.pattern
+// requireMetadata applies the marker rule to one folder of DCP files.
+func (l *dcpLayout) requireMetadata(t *Tree, c *Candidate, dir string) {
+	m, ok := t.Get(dir + "/" + dcpMetadata)
+	if !ok || !m.IsRegular() {
+		if c.Finished {
+			c.Finished, c.Waiting = false, "no "+dir+"/"+dcpMetadata
+		}
+		return
 	}
-	return stepFromName(re, name)
+	under := dir + "/"
+	requireFresh(t, c, m.Path, func(f File) bool { return strings.HasPrefix(f.RelPath, under) })
+}
+
+// mergeNeMoLast makes NeMo's "<name>-last" copy and "<name>" one step
+// (restoring gives both folders, so the trainer finds the one it resumes
+// from); any other group of folders claiming one step is left as it is,
+// for the engine to skip with a warning.
+func mergeNeMoLast(cs []Candidate) []Candidate {
+	if len(cs) != 2 {
+		return cs
+	}
+	a, b := cs[0], cs[1]
+	if a.Step.Root+nemoLast != b.Step.Root {
+		a, b = b, a
+	}
+	if a.Step.Root+nemoLast != b.Step.Root {
+		return cs
+	}
+	m := a
+	m.Step.Root = ""
+	m.Step.Files = append(append([]File(nil), a.Step.Files...), b.Step.Files...)
+	m.Step.Symlinks = append(append([]Symlink(nil), a.Step.Symlinks...), b.Step.Symlinks...)
+	m.Temps = append(append([]string(nil), a.Temps...), b.Temps...)
+	m.Errs = append(append([]error(nil), a.Errs...), b.Errs...)
+	m.Finished = a.Finished && b.Finished
+	m.Stale = a.Stale || b.Stale
+	if m.Waiting == "" {
+		m.Waiting = b.Waiting
+	}
+	sortStep(&m.Step)
+	return []Candidate{m}
+}
+
+func (l *dcpLayout) number(name string) (int64, bool) {
+	if l.pattern != nil {
+		return stepFromName(l.pattern, name)
+	}
+	return DCPStepName(name)
 }
 
 func (l *dcpLayout) warnOnce(dir string) {
@@ -99,7 +183,7 @@ func (l *dcpLayout) warnOnce(dir string) {
 	}
 	if !l.warned[dir] {
 		l.warned[dir] = true
-		l.log.Warn("DCP folder without a step number in its name skipped; set a step pattern", zap.String("folder", dir))
+		l.log.Warn("DCP folder whose name is not a step name skipped (temporary folders never are; for other names set --step-pattern)", zap.String("folder", dir))
 	}
 }
 

@@ -189,15 +189,26 @@ func effectiveName(l Layout) string {
 // .metadata.tmp, most atomic writers), "*.temp", "*.partial", "*~",
 // NeMo's "*-unfinished" marker, Hugging Face's "tmp-checkpoint-*" and
 // Orbax's "<name>.orbax-checkpoint-tmp-<n>" folders, renamed to <name> when
-// the save is done.
+// the save is done, names starting "tmp-", "tmp_", ".tmp", "temp-" or
+// "temp_" (a trainer's "tmp-<pid>" folder), and the names Python's
+// mkdtemp ("tmp" and six or more of [a-z0-9_]) and mktemp(1) ("tmp." and
+// six or more letters and digits) make.
 func IsTempName(name string) bool {
 	for _, suf := range []string{".tmp", ".temp", ".partial", "~", "-unfinished"} {
 		if strings.HasSuffix(name, suf) {
 			return true
 		}
 	}
-	return strings.HasPrefix(name, "tmp-checkpoint-") || strings.Contains(name, orbaxTemp)
+	for _, pre := range []string{"tmp-", "tmp_", ".tmp", "temp-", "temp_"} {
+		if strings.HasPrefix(strings.ToLower(name), pre) {
+			return true
+		}
+	}
+	return mkdtempName.MatchString(name) || strings.Contains(name, orbaxTemp)
 }
+
+// mkdtempName matches Python's mkdtemp/mkstemp names and mktemp(1)'s.
+var mkdtempName = regexp.MustCompile(`^tmp(?:[a-z0-9_]{6,}|\.[A-Za-z0-9]{6,})$`)
 
 // orbaxTemp is what Orbax puts between a checkpoint's final name and a
 // number while it writes it.

@@ -1,6 +1,8 @@
 package detect
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -172,7 +174,12 @@ func TestIsTempName(t *testing.T) {
 			t.Errorf("IsTempName(%q) = false", n)
 		}
 	}
-	for _, n := range []string{".metadata", "tmp.pt", "latest", "checkpoint-5"} {
+	for _, n := range []string{"tmp-4242", "tmp_step_100", "tmpab12cd9x", "tmp.Xa81kQ2bZ0", ".tmp-step-100", "temp-100", "TMP-7"} {
+		if !IsTempName(n) {
+			t.Errorf("IsTempName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{".metadata", "tmp.pt", "latest", "checkpoint-5", "template.json", "temperature.pt", "step-100"} {
 		if IsTempName(n) {
 			t.Errorf("IsTempName(%q) = true", n)
 		}
@@ -190,4 +197,55 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("New(%+v) accepted", o)
 		}
 	}
+}
+
+// A DCP step is a folder whose whole name is a step name: temporary
+// folders carry digits too, and are never steps.
+func TestDCPStepName(t *testing.T) {
+	for name, want := range map[string]int64{
+		"step-100": 100, "step_100": 100, "step100": 100, "global_step100": 100, "iter_0000100": 100,
+		"checkpoint-100": 100, "ckpt_100": 100, "epoch_3": 3, "100": 100, "Step-7": 7,
+		"megatron_gpt--val_loss=2.35-step=100-consumed_samples=3200.0":      100,
+		"megatron_gpt--val_loss=2.35-step=100-consumed_samples=3200.0-last": 100,
+	} {
+		if got, ok := DCPStepName(name); !ok || got != want {
+			t.Errorf("DCPStepName(%q) = %d, %v; want %d", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"tmp-4242", "tmpab12cd9", "tmp_100", "run-7-backup", "abc9", "step-100-old", "consumed_samples=3200.0"} {
+		if got, ok := DCPStepName(name); ok {
+			t.Errorf("DCPStepName(%q) = %d, want no step", name, got)
+		}
+	}
+}
+
+// A step written into a temporary folder and renamed when done is reported
+// under its final name only; OLMo's nested folders and NeMo's names and
+// "-last" copies are steps.
+func TestDCPTempFoldersAndNestedLayouts(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "tmp-4242/__0_0.distcp", "r0")
+	write(t, dir, "tmp-4242/.metadata", "md")
+	write(t, dir, "tmpab12cd9/__0_0.distcp", "r0")
+	write(t, dir, "tmpab12cd9/.metadata", "md")
+	write(t, dir, "step20/model_and_optim/__0_0.distcp", "r0")
+	write(t, dir, "step20/model_and_optim/.metadata", "md")
+	write(t, dir, "step20/config.yaml", "cfg")
+	nemo := "gpt--val_loss=2.35-step=30-consumed_samples=960.0"
+	write(t, dir, nemo+"/weights/__0_0.distcp", "r0")
+	write(t, dir, nemo+"/weights/.metadata", "md")
+	write(t, dir, nemo+"-last/weights/__0_0.distcp", "r0")
+	write(t, dir, nemo+"-last/weights/.metadata", "md")
+	age(t, dir)
+	h := newHarness(t, dir, Options{Layout: "auto"})
+	h.expect(0)
+	evs := h.expect(testSettle, "complete 20", "complete 30")
+	if got := len(evs[1].Step.Files); got != 4 || evs[1].Step.Root != "" {
+		t.Errorf("NeMo step with its -last copy: root %q, %d files, want both folders' 4", evs[1].Step.Root, got)
+	}
+	if err := os.Rename(filepath.Join(dir, "tmp-4242"), filepath.Join(dir, "step-40")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(0)
+	h.expect(testSettle, "complete 40")
 }
