@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
+	"github.com/ferrylabs/ferry/agent/detect"
 )
 
 var _ control.Controller = (*Agent)(nil)
@@ -28,6 +31,7 @@ func (a *Agent) Status() control.Status {
 
 		RateWindowSeconds: rateWindow,
 		Settling:          a.watcher.Pending(),
+		Unrecognized:      a.watcher.Unrecognized(),
 	}
 	if a.opts.Requests != nil {
 		st.Requests = a.opts.Requests()
@@ -66,18 +70,77 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 		return a.unfinished(), ctx.Err()
 	case <-t.C:
 	}
+	tick := time.NewTicker(250 * time.Millisecond) // the watcher's pending list has no channel
+	defer tick.Stop()
 	for {
 		a.mu.Lock()
 		changed := a.changed
 		a.mu.Unlock()
 		pending := a.unfinished()
-		if len(pending) == 0 {
-			return nil, nil
+		onDisk, stuck := a.waitingOnDisk()
+		if len(pending) == 0 && onDisk == 0 {
+			return a.stuckError(stuck)
 		}
 		select {
 		case <-ctx.Done():
-			return a.unfinished(), ctx.Err()
+			return append(a.unfinished(), stuckSteps(stuck)...), ctx.Err()
 		case <-changed:
+		case <-tick.C:
 		}
 	}
+}
+
+// waitingOnDisk counts the steps on disk that flush waits for (settling,
+// or still being written), and returns those that wait for something that
+// has not come for a settle window: a marker, a rank, a fresh marker
+// after a re-save, a torn file made whole. The trainer seems to be done
+// with those, and they are not durable.
+func (a *Agent) waitingOnDisk() (waiting int, stuck []detect.Pending) {
+	settle := a.opts.Detect.Settle
+	if settle <= 0 {
+		settle = detect.DefaultSettle
+	}
+	last := a.lastCommitted()
+	for _, p := range a.watcher.Pending() {
+		switch {
+		case p.State == "settling" || time.Since(p.Since) < settle:
+			waiting++
+		case p.Declared && (p.Step < 0 || p.Step > last):
+			// Declared written and not committable. A save killed
+			// halfway (no marker, a stale one, a torn file) is not
+			// declared, and an older leftover below a committed step is
+			// not what the trainer resumes from.
+			stuck = append(stuck, p)
+		}
+	}
+	return waiting, stuck
+}
+
+// stuckError is Flush's answer when nothing is left to upload: nil, or
+// the steps the trainer seems to have finished that cannot be committed,
+// each with its reason, and what auto found when it recognised nothing.
+func (a *Agent) stuckError(stuck []detect.Pending) ([]int64, error) {
+	var why []string
+	for _, p := range stuck {
+		name := fmt.Sprintf("step %d", p.Step)
+		if p.Step < 0 {
+			name = p.Root
+		}
+		why = append(why, name+" waits: "+p.Reason)
+	}
+	if u := a.watcher.Unrecognized(); u != "" {
+		why = append(why, u)
+	}
+	if len(why) == 0 {
+		return nil, nil
+	}
+	return stuckSteps(stuck), errors.New(strings.Join(why, "; "))
+}
+
+func stuckSteps(stuck []detect.Pending) []int64 {
+	var out []int64
+	for _, p := range stuck {
+		out = append(out, p.Step)
+	}
+	return out
 }

@@ -39,6 +39,10 @@ func (a *Agent) handle(ev detect.Event) {
 	}
 	defer a.changedLocked()
 	e := a.steps[n]
+	if ev.Kind == detect.Lost {
+		a.lostLocked(e, ev.Step, n)
+		return
+	}
 	if ev.Kind == detect.Deleted && e == nil && a.pipe != nil {
 		a.pipe.vanished(n) // written in part, then removed
 		return
@@ -213,4 +217,26 @@ func (a *Agent) unreadableLocked(e *entry, ev detect.Event, n int64) {
 		e.status.Error = msg
 		e.nextTry = time.Now().Add(a.opts.RetryMax)
 	}
+}
+
+// lostLocked records a step that was complete on disk but vanished before
+// the watcher reported it (its settle window or its files' closes were
+// still pending): nothing of it is durable, which the operator must hear.
+func (a *Agent) lostLocked(e *entry, s detect.Step, n int64) {
+	if a.pipe != nil {
+		a.pipe.vanished(n) // parts sent early are aborted
+	}
+	if e != nil && e.status.State != control.StateFailed {
+		return // reported before: the watcher's Deleted rules apply
+	}
+	a.opts.Metrics.Lost()
+	if s.Counted {
+		a.log.Warn("complete checkpoint deleted before it could be uploaded; it is not durable", zap.String("step", s.ID),
+			zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
+		return // a counted step has no number to show it under
+	}
+	a.log.Warn("complete checkpoint deleted before it could be uploaded; it is not durable (a cleanup that deletes steps within seconds of their save outruns the upload: keep more steps, or delete later)",
+		stepField(&s), zap.Int64("step_number", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
+	a.steps[n] = &entry{step: s, status: control.StepStatus{Step: n, State: control.StateLost, Files: len(s.Files),
+		Bytes: s.TotalBytes(), Detected: time.Now().UTC(), Error: "deleted from disk before it could be uploaded"}}
 }

@@ -36,6 +36,7 @@ type Metrics struct {
 	lastCommitted  prometheus.Gauge
 	timeToDurable  prometheus.Histogram
 	dedupBytes     prometheus.Counter
+	stepsLost      prometheus.Counter
 
 	mu   sync.Mutex
 	last int64 // highest committed step, -1 if none
@@ -83,6 +84,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dedupBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_dedup_bytes_total",
 			Help: "Bytes not uploaded because they were unchanged since an earlier step.",
+		}),
+		stepsLost: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_steps_lost_total",
+			Help: "Steps complete on disk that were deleted before they could be uploaded.",
 		}),
 		last: -1,
 	}
@@ -242,4 +247,12 @@ func (m *MetricsServer) Serve(ctx context.Context) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// Lost counts a complete step deleted before it could be uploaded.
+func (m *Metrics) Lost() {
+	if m == nil {
+		return
+	}
+	m.stepsLost.Inc()
 }

@@ -28,6 +28,10 @@ const (
 	// StateSkipped: with WhenBehind SkipSuperseded, a newer complete step
 	// superseded it before its upload started; it is not uploaded.
 	StateSkipped StepState = "skipped"
+	// StateLost: complete on disk (by its layout's rules) but deleted
+	// before it could be uploaded, typically by a trainer's cleanup of old
+	// steps within seconds of the save; nothing of it is durable.
+	StateLost StepState = "lost"
 )
 
 // StepStatus describes one step the agent has seen.
@@ -68,6 +72,10 @@ type Status struct {
 	// Settling lists the steps found on disk that are not complete yet:
 	// settling, or waiting for a marker, a rank or a temporary file.
 	Settling []detect.Pending `json:"settling,omitempty"`
+	// Unrecognized, when set, says that --layout auto recognises no
+	// checkpoint in a watch dir that is not empty, with what it saw and
+	// the flags that would fit.
+	Unrecognized string `json:"unrecognized,omitempty"`
 	// LastCommitted is the highest committed step, -1 if none.
 	LastCommitted int64 `json:"last_committed"`
 	// BytesSent and Rate (bytes/s over the last RateWindowSeconds) cover

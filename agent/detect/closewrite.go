@@ -21,10 +21,14 @@ import (
 //   - its size and modification time are those recorded at the close, and
 //   - closeGrace has passed since the close.
 //
-// Anything else falls back to the settle window: files that existed before
-// the agent started, files written from other hosts (NFS, Lustre), polling
-// mode, platforms without inotify, a queue overflow (every record is
-// dropped), and files still open for writing. A writer that keeps writing
+// A file whose close was not seen (closed before its folder's watch was
+// added, which a save of small files within the debounce window does, or
+// before the agent started, or before a queue overflow dropped every
+// record) is judged from what the kernel says now: unchanged and not open
+// for writing by any process (the read lease), it counts as closed at its
+// last modification. That takes a local filesystem: files written from
+// other hosts (NFS, Lustre) fall back to the settle window, as do polling
+// mode, platforms without inotify, and files the kernel will not lease. A writer that keeps writing
 // through a memory mapping after closing its descriptor is not seen by
 // inotify; such writers need CloseWrite off (--close-write=false).
 
@@ -87,28 +91,23 @@ func (c *closeTracker) reset() {
 	c.mu.Unlock()
 }
 
-// closedSince reports whether every file is closed and unchanged since, and
-// when the last of them was closed. abs maps a step path to the disk.
-func (c *closeTracker) closedSince(files []File, abs func(string) string) (time.Time, bool) {
-	var last time.Time
-	for _, f := range files {
-		fi, err := os.Lstat(abs(f.RelPath))
-		if err != nil || fi.Size() != f.Size || !fi.ModTime().Equal(f.ModTime) {
-			return time.Time{}, false
-		}
-		id, ok := idOf(fi)
-		if !ok {
-			return time.Time{}, false
-		}
-		c.mu.Lock()
-		r, ok := c.records[id]
-		c.mu.Unlock()
-		if !ok || r.size != fi.Size() || !r.modTime.Equal(fi.ModTime()) {
-			return time.Time{}, false
-		}
-		if r.at.After(last) {
-			last = r.at
-		}
+// closedAt looks up one file: unchanged is false when it is no longer as
+// f records it; recorded is true, with the close's time, when its writer's
+// close was seen with it as it is now.
+func (c *closeTracker) closedAt(f File, abs string) (at time.Time, recorded, unchanged bool) {
+	fi, err := os.Lstat(abs)
+	if err != nil || fi.Size() != f.Size || !fi.ModTime().Equal(f.ModTime) {
+		return time.Time{}, false, false
 	}
-	return last, len(files) > 0
+	id, ok := idOf(fi)
+	if !ok {
+		return time.Time{}, false, false
+	}
+	c.mu.Lock()
+	r, ok := c.records[id]
+	c.mu.Unlock()
+	if !ok || r.size != fi.Size() || !r.modTime.Equal(fi.ModTime()) {
+		return time.Time{}, false, true
+	}
+	return r.at, true, true
 }

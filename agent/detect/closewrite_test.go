@@ -189,3 +189,47 @@ func shardSize(ev Event) int64 {
 	}
 	return -1
 }
+
+// A step whose files were all closed before its folder's watch existed (a
+// small save inside the debounce window) or before the watcher started (a
+// restart) is judged from what the kernel says now: its marker is fresh,
+// no process holds a file open for writing, so it completes at once, not
+// after the settle window.
+func TestRunClosedBeforeWatched(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("close-write detection uses Linux inotify")
+	}
+	dir := t.TempDir()
+	write(t, dir, "step_100/__0_0.distcp", "written before the agent started")
+	write(t, dir, "step_100/.metadata", "md")
+	opts := runOpts(dir, "dcp")
+	opts.Settle = time.Hour
+	opts.Debounce = 500 * time.Millisecond
+	opts.CloseWrite = true
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	r.expect(Complete, 100)
+	// Written and closed at once after the start: the folder's watches
+	// come after the files' closes.
+	write(t, dir, "step_200/__0_0.distcp", "r0")
+	write(t, dir, "step_200/__1_0.distcp", "r1")
+	write(t, dir, "step_200/.metadata", "md")
+	start := time.Now()
+	r.expect(Complete, 200)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("step 200 took %v: it waited for the settle window", d)
+	}
+	// Held open for writing: not complete while open, whatever its marker.
+	if err := os.MkdirAll(filepath.Join(dir, "step_300"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := create(t, dir, "step_300/__0_0.distcp", "still open")
+	write(t, dir, "step_300/.metadata", "md")
+	select {
+	case ev := <-r.events:
+		t.Fatalf("event %v %d while a shard is open for writing", ev.Kind, ev.Step.Number)
+	case <-time.After(2 * time.Second):
+	}
+	closeFile(t, f)
+	r.expect(Complete, 300)
+}

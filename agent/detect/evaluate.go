@@ -5,6 +5,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -64,7 +65,9 @@ type stepState struct {
 	dirs []string
 	// reported is set once the step was reported Complete, writing once
 	// it was reported Writing (a Deleted event follows if it vanishes).
-	reported, writing bool
+	// settling is set while it is complete by the layout's rules and
+	// waits only for time or closes (a Lost event follows if it vanishes).
+	reported, writing, settling bool
 	step              Step
 	// errMsg is the last Error reported, to report each error once.
 	errMsg string
@@ -82,6 +85,12 @@ type Pending struct {
 	// settle window) or "waiting" (for a marker, a rank, a temporary file).
 	State  string `json:"state"`
 	Reason string `json:"reason"`
+	// Declared is set when the trainer declared the step written (its
+	// marker is there and fresh, no file has a temporary name or is cut
+	// short) and yet it waits: a rank the names never show, a link, a
+	// marker no rank can satisfy. Once it has waited a settle window,
+	// flush reports it rather than calling the run durable.
+	Declared bool `json:"declared,omitempty"`
 	// Since is when its files were last seen changing.
 	Since time.Time `json:"since"`
 }
@@ -127,6 +136,10 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		st.root, st.dirs = c.Step.Root, fileDirs(&c)
 		p, due := w.pendingState(&c, st.since, now)
 		st.due = due
+		st.settling = p != nil && p.State == "settling"
+		if st.settling {
+			w.writingStep(&c) // what a Lost event shows
+		}
 		if p == nil {
 			ready = append(ready, c)
 			continue
@@ -144,12 +157,19 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		if seen[id] {
 			continue
 		}
-		if st.reported || st.writing {
+		switch {
+		case st.settling && !st.reported && !superseded(id):
+			events = append(events, Event{Kind: Lost, Step: st.step})
+		case st.reported || st.writing:
 			events = append(events, Event{Kind: Deleted, Step: st.step})
 		}
 		delete(w.states, id)
 	}
 	events = append(events, w.report(ready)...)
+	w.checkRecognized(now)
+	if w.unrecognized.Load() == nil && !w.unrecognizedSince.IsZero() {
+		next = earliest(next, w.unrecognizedSince.Add(w.opts.Settle)) // wake to warn
+	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Step.Number < events[j].Step.Number })
 	return events, next
 }
@@ -162,6 +182,7 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 	if why := e.blocked(c); why != "" {
 		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
 		p := pendingOf(c, "waiting", why, since)
+		p.Declared = c.Finished && len(c.Temps) == 0 && !strings.HasPrefix(why, "file ")
 		if warnAt := since.Add(e.opts.Settle); now.Before(warnAt) {
 			return &p, warnAt // wake then to warn if it still waits
 		}
@@ -307,21 +328,31 @@ func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
 // writer closed it, it is unchanged since, and no process holds it open for
 // writing now.
 func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
-	if w.closes == nil {
+	if w.closes == nil || len(c.Step.Files) == 0 {
 		return time.Time{}, false
 	}
-	last, ok := w.closes.closedSince(c.Step.Files, w.tree.abs)
-	if !ok {
-		return time.Time{}, false
-	}
+	var last time.Time
 	for _, f := range c.Step.Files {
-		open, err := openForWriting(w.tree.abs(f.RelPath))
+		abs := w.tree.abs(f.RelPath)
+		at, recorded, unchanged := w.closes.closedAt(f, abs)
+		switch {
+		case !unchanged:
+			return time.Time{}, false
+		case !recorded && w.remote:
+			return time.Time{}, false // other hosts' writers hold no local lease
+		case !recorded:
+			at = f.ModTime // closed before its watch existed (see closewrite.go)
+		}
+		open, err := openForWriting(abs)
 		if err != nil && !w.warned["lease"] {
 			w.warned["lease"] = true
 			w.log.Info("cannot ask the kernel whether a file is still open for writing; steps wait out the settle window", zap.Error(err))
 		}
 		if open {
 			return time.Time{}, false
+		}
+		if at.After(last) {
+			last = at
 		}
 	}
 	return last.Add(closeGrace), true

@@ -76,13 +76,14 @@ func (c *Candidate) id() string {
 
 // LayoutNames returns the accepted values of Options.Layout.
 func LayoutNames() []string {
-	return []string{"auto", "composer", "dcp", "deepspeed", "megatron", "hf", "flat"}
+	return []string{"auto", "composer", "dcp", "deepspeed", "megatron", "hf", "single", "flat"}
 }
 
 // newLayout builds the layout opts names. The auto layout tries the
 // specific layouts in an order where a more specific one comes before a
 // more general one that would also match (Composer's and Megatron's
-// sharded folders also look like DCP folders).
+// sharded folders also look like DCP folders; any checkpoint file in the
+// root looks like the single layout, tried last).
 func newLayout(opts *Options) (Layout, error) {
 	pattern, err := compileStepPattern(opts.StepPattern)
 	if err != nil {
@@ -90,7 +91,7 @@ func newLayout(opts *Options) (Layout, error) {
 	}
 	log := opts.Logger
 	specific := func() []Layout {
-		return []Layout{composerLayout{}, deepspeedLayout{}, &megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}}
+		return []Layout{composerLayout{}, deepspeedLayout{}, &megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}, singleLayout{}}
 	}
 	switch opts.Layout {
 	case "auto":
@@ -128,10 +129,16 @@ func (a *autoLayout) Steps(t *Tree) []Candidate {
 }
 
 func (a *autoLayout) pick(t *Tree) Layout {
-	if a.chosen != nil {
+	if _, single := a.chosen.(singleLayout); a.chosen != nil && !single {
 		return a.chosen
 	}
+	// The single layout matches any checkpoint file in the root (a
+	// trainer's args.pt saved before its first step folder): while it is
+	// the choice, a more specific layout that comes to match replaces it.
 	for _, l := range a.layouts {
+		if _, single := l.(singleLayout); single && a.chosen != nil {
+			return a.chosen
+		}
 		if l.Recognize(t) {
 			a.chosen = l
 			a.log.Info("checkpoint layout detected", zap.String("layout", l.Name()), zap.String("dir", t.Root()))

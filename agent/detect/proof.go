@@ -34,6 +34,10 @@ const (
 	// final once Options.ExpectedRanks ranks are accounted for (DeepSpeed,
 	// Hugging Face, Composer with latest links).
 	ProofRanks
+	// ProofClosed: each file is a whole checkpoint of its own (the single
+	// layout), so every file closed by its writer, held open by none and
+	// whole by its own format proves the version final.
+	ProofClosed
 )
 
 // String names the proof for status and logs.
@@ -43,6 +47,8 @@ func (p Proof) String() string {
 		return "marker written after every file"
 	case ProofRanks:
 		return "marker and every expected rank's files"
+	case ProofClosed:
+		return "every file closed by its writer"
 	}
 	return "settle window"
 }
@@ -54,7 +60,7 @@ func (e *engine) fastPath(c *Candidate) bool {
 		return false
 	}
 	switch c.Proof {
-	case ProofMarker:
+	case ProofMarker, ProofClosed:
 		return true
 	case ProofRanks:
 		return e.opts.ExpectedRanks > 0

@@ -39,6 +39,12 @@ const (
 	// links or generated files. A caller may start sending what is already
 	// written; Complete or Deleted follows.
 	Writing
+	// Lost: a step complete by its layout's rules, waiting out the settle
+	// window or its files' closes, vanished before it was reported
+	// Complete (a trainer's cleanup deleting it within seconds). Step
+	// holds it as last seen. Nothing of it can be uploaded any more; the
+	// caller says so.
+	Lost
 )
 
 // String returns the kind's name.
@@ -52,6 +58,8 @@ func (k EventKind) String() string {
 		return "error"
 	case Writing:
 		return "writing"
+	case Lost:
+		return "lost"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

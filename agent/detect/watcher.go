@@ -36,6 +36,13 @@ type Watcher struct {
 	closes  *closeTracker
 	closeW  *closeWatch
 	closeCh chan struct{}
+	// unrecognized is what Unrecognized returns; unrecognizedSince is
+	// when auto first saw entries it could not place.
+	unrecognized      atomic.Pointer[string]
+	unrecognizedSince time.Time
+	// remote is set while Run watches a network filesystem, where the
+	// kernel's leases see only this host's writers.
+	remote  bool
 	running atomic.Bool
 }
 
@@ -103,6 +110,7 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 			w.fsw = fsw
 			events, errs = fsw.Events, fsw.Errors
 			if fs := remoteFS(w.tree.root); fs != "" {
+				w.remote = true
 				w.log.Info("fsnotify sees only this host's writes on this filesystem; other hosts' writes are found at rescans (or use polling)",
 					zap.String("dir", w.tree.root), zap.String("filesystem", fs), zap.Duration("rescan", interval))
 			}
