@@ -68,7 +68,7 @@ type stepState struct {
 	// settling is set while it is complete by the layout's rules and
 	// waits only for time or closes (a Lost event follows if it vanishes).
 	reported, writing, settling bool
-	step              Step
+	step                        Step
 	// errMsg is the last Error reported, to report each error once.
 	errMsg string
 }
