@@ -1,0 +1,81 @@
+package filestore_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/internal/store/storetest"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a new folder and returns it;
+// it skips the test where mounting is not permitted (not root, no
+// CAP_SYS_ADMIN, a container without it) and unmounts when the test ends.
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			t.Skipf("mounting a tmpfs on %s is not permitted here (%v): run as root, or with CAP_SYS_ADMIN, to test a second filesystem", dir, err)
+		}
+		t.Fatalf("mount a tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// device returns the device number of the filesystem holding path.
+func device(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Dev
+}
+
+// TestSecondFilesystem runs the store suite, and the race of two
+// processes, on a tmpfs mounted for the test, a filesystem other than the
+// one of the test binary's temporary folder: a temporary file kept
+// anywhere but below the store's root would make every link and rename
+// fail there (EXDEV).
+func TestSecondFilesystem(t *testing.T) {
+	mnt := mountTmpfs(t, 256<<20)
+	if device(t, mnt) == device(t, os.TempDir()) {
+		t.Fatalf("the tmpfs on %s has the device of %s", mnt, os.TempDir())
+	}
+	t.Run("suite", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store { return newStore(t, mnt) })
+	})
+	t.Run("race", func(t *testing.T) {
+		st := newStore(t, mnt)
+		for i := range raceRounds() / 4 {
+			race(t, st, fmt.Sprintf("k%d", i), "")
+		}
+	})
+}
+
+// TestFullFilesystem: a Put that does not fit fails with ENOSPC and
+// leaves neither an object nor a temporary file; the store keeps working.
+func TestFullFilesystem(t *testing.T) {
+	mnt := mountTmpfs(t, 1<<20)
+	st := newStore(t, mnt)
+	big := storetest.RandomBytes(1, 2<<20)
+	_, err := st.Put(t.Context(), "big", bytes.NewReader(big), int64(len(big)), store.PutOptions{})
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Put of 2 MiB into a 1 MiB tmpfs: %v, want ENOSPC", err)
+	}
+	if _, err := st.Head(t.Context(), "big"); !errors.Is(err, store.ErrNotExist) {
+		t.Errorf("Head after a failed Put: %v, want ErrNotExist", err)
+	}
+	storetest.MustPut(t, st, "small", []byte("fits"))
+}
