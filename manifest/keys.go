@@ -6,18 +6,29 @@ import (
 	"strings"
 )
 
-// Location is a bucket and a key prefix, parsed from s3://bucket/prefix.
+// Location is where checkpoints live: a bucket and a key prefix, parsed
+// from s3://bucket/prefix, or a folder, parsed from file:///folder.
 type Location struct {
+	// Scheme is FileScheme for a folder, empty for a bucket.
+	Scheme string
+	// Bucket is the bucket's name, or the folder's absolute path.
 	Bucket string
-	// Prefix has no leading or trailing slash; it may be empty.
+	// Prefix has no leading or trailing slash; it may be empty (and is for
+	// a folder, whose keys start at the folder).
 	Prefix string
 }
 
-// ParseURL parses s3://bucket[/prefix].
+// FileScheme is the Scheme of a file:// location.
+const FileScheme = "file"
+
+// ParseURL parses s3://bucket[/prefix] or file:///folder.
 func ParseURL(u string) (Location, error) {
+	if folder, ok := strings.CutPrefix(u, FileScheme+"://"); ok {
+		return parseFileURL(u, folder)
+	}
 	rest, ok := strings.CutPrefix(u, "s3://")
 	if !ok {
-		return Location{}, fmt.Errorf("%q is not an s3://bucket/prefix URL", u)
+		return Location{}, fmt.Errorf("%q is not an s3://bucket/prefix or file:///folder URL", u)
 	}
 	bucket, prefix, _ := strings.Cut(rest, "/")
 	prefix = strings.Trim(prefix, "/")
@@ -27,18 +38,57 @@ func ParseURL(u string) (Location, error) {
 	if len(bucket) < 3 || len(bucket) > 63 || strings.ContainsAny(bucket, " /\\") {
 		return Location{}, fmt.Errorf("%q: bucket name %q is not valid", u, bucket)
 	}
-	if strings.Contains("/"+prefix+"/", "/../") || strings.Contains("/"+prefix+"/", "/./") || strings.Contains(prefix, "//") {
+	if !clean(prefix) {
 		return Location{}, fmt.Errorf("%q: prefix %q is not a clean path", u, prefix)
 	}
 	return Location{Bucket: bucket, Prefix: prefix}, nil
 }
 
-// String returns the s3:// URL.
-func (l Location) String() string {
-	if l.Prefix == "" {
-		return "s3://" + l.Bucket
+// parseFileURL parses the folder of file:///folder, an absolute path taken
+// as written (no percent-decoding), with no empty, "." or ".." segment.
+func parseFileURL(u, folder string) (Location, error) {
+	if !strings.HasPrefix(folder, "/") {
+		return Location{}, fmt.Errorf("%q: want file:///absolute/folder (three slashes, no host)", u)
 	}
-	return "s3://" + l.Bucket + "/" + l.Prefix
+	folder = strings.TrimRight(folder, "/")
+	switch {
+	case folder == "":
+		return Location{}, fmt.Errorf("%q names the filesystem's root: name a folder below it", u)
+	case strings.IndexByte(folder, 0) >= 0 || !clean(folder[1:]):
+		return Location{}, fmt.Errorf("%q: folder %q is not a clean absolute path", u, folder)
+	}
+	return Location{Scheme: FileScheme, Bucket: folder}, nil
+}
+
+// clean reports whether p (no leading slash) has no empty, "." or ".."
+// segment.
+func clean(p string) bool {
+	return !strings.Contains("/"+p+"/", "/../") && !strings.Contains("/"+p+"/", "/./") && !strings.Contains(p, "//")
+}
+
+// IsFile reports whether l is a folder (file://) rather than a bucket.
+func (l Location) IsFile() bool { return l.Scheme == FileScheme }
+
+// String returns the s3:// or file:// URL.
+func (l Location) String() string {
+	return l.URL("")
+}
+
+// URL returns the URL of key at l's bucket or folder (key includes the
+// prefix, as the key functions of this package return it), or of l itself
+// when key is empty.
+func (l Location) URL(key string) string {
+	u := "s3://" + l.Bucket
+	if l.IsFile() {
+		u = FileScheme + "://" + l.Bucket
+	}
+	if key == "" {
+		key = l.Prefix
+	}
+	if key == "" {
+		return u
+	}
+	return u + "/" + key
 }
 
 func join(prefix, rest string) string {

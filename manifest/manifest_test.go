@@ -128,7 +128,18 @@ func TestParseURL(t *testing.T) {
 	if err != nil || loc.Bucket != "my-bucket" || loc.Prefix != "a/b" || loc.String() != "s3://my-bucket/a/b" {
 		t.Fatalf("ParseURL = %+v, %v", loc, err)
 	}
-	for _, bad := range []string{"my-bucket/x", "s3://", "s3:///x", "s3://b/../x", "http://b/x"} {
+	loc, err = ParseURL("file:///lustre/ckpt/")
+	if err != nil || loc != (Location{Scheme: FileScheme, Bucket: "/lustre/ckpt"}) || loc.String() != "file:///lustre/ckpt" || !loc.IsFile() {
+		t.Fatalf("ParseURL(file:///lustre/ckpt/) = %+v, %v", loc, err)
+	}
+	if got := loc.URL(ManifestKey(loc.Prefix, 1)); got != "file:///lustre/ckpt/manifests/999999999998-000000000001.json" {
+		t.Errorf("URL of a manifest = %q", got)
+	}
+	if got := (Location{Bucket: "b", Prefix: "p"}).URL("p/x"); got != "s3://b/p/x" {
+		t.Errorf("URL of an object = %q", got)
+	}
+	for _, bad := range []string{"my-bucket/x", "s3://", "s3:///x", "s3://b/../x", "http://b/x",
+		"file://", "file:///", "file://host/x", "file://relative", "file:///a/../b", "file:///a//b", "file:///a/./b", "file:///a\x00b"} {
 		if _, err := ParseURL(bad); err == nil {
 			t.Errorf("ParseURL(%q) accepted", bad)
 		}

@@ -172,11 +172,8 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	metrics := control.NewMetrics(reg)
 	var counters s3store.Counters
-	st, err := s3store.New(ctx, s3store.Config{
-		Endpoint: o.remote.Endpoint, Region: o.remote.Region, Profile: o.remote.Profile,
-		Bucket: loc.Bucket, MaxConns: o.concurrency, Logger: log,
-		OnRequest: func(op string) { counters.Count(op); metrics.Request(op) },
-	})
+	st, err := openLocation(ctx, o.remote, loc, log, o.concurrency,
+		func(op string) { counters.Count(op); metrics.Request(op) })
 	if err != nil {
 		return err
 	}

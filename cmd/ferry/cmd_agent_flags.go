@@ -12,7 +12,7 @@ func agentFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "config", EnvVars: []string{"FERRY_CONFIG"}, Usage: "`FILE` of FERRY_NAME=value lines"},
 		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to"},
-		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix`"},
+		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder"},
 		&cli.StringFlag{Name: "layout", Value: "auto", EnvVars: []string{"FERRY_LAYOUT"}, Usage: "checkpoint layout: " + joinNames(detect.LayoutNames())},
 		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "base of the journal, upload state and control socket, kept per watch dir and destination under agents/ (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 		&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most upload requests in flight; within it, requests are sized by bytes (16 parts in flight), so small files get many and big parts few"},

@@ -57,8 +57,8 @@ func newCopyCommand() *cli.Command {
 			"The destination's --to-endpoint, --to-region and --to-profile default to the source's --endpoint, --region and --profile;\n" +
 			"credentials come from --to-profile, else " + envToAccessKey + " and " + envToSecretKey + ", else the source's chain.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "source checkpoint location `s3://bucket/prefix`"},
-			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "source checkpoint location `s3://bucket/prefix` or file:///folder"},
+			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination checkpoint location `s3://bucket/prefix` or file:///folder"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "copy this step (default: the latest committed)"},
 			&cli.IntFlag{Name: "last", Usage: "copy the newest `N` committed steps"},
 			&cli.BoolFlag{Name: "all", Usage: "copy every committed step"},
@@ -176,7 +176,7 @@ func checkTwoLocations(o copyOptions) error {
 
 // openDestination opens the --to store with the destination's endpoint,
 // region and credentials.
-func openDestination(ctx context.Context, o copyOptions, log *zap.Logger, counters *s3store.Counters) (*s3store.Store, manifest.Location, error) {
+func openDestination(ctx context.Context, o copyOptions, log *zap.Logger, counters *s3store.Counters) (store.Store, manifest.Location, error) {
 	key, secret := os.Getenv(envToAccessKey), os.Getenv(envToSecretKey)
 	if o.to.Profile == o.remote.Profile && (key != "") != (secret != "") {
 		return nil, manifest.Location{}, usagef("set both %s and %s for the destination, or neither", envToAccessKey, envToSecretKey)

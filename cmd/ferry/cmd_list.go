@@ -25,7 +25,7 @@ func newListCommand() *cli.Command {
 		Name:  "list",
 		Usage: "list committed steps: step, files, bytes, created",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
 			&cli.IntFlag{Name: "last", Value: 0, Usage: "show only the newest `N` steps (0: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		}, commonFlags()...),

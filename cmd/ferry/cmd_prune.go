@@ -31,7 +31,7 @@ func newPruneCommand() *cli.Command {
 			"(once older than --min-age), then node parts and multipart uploads abandoned for --abandoned-after.\n" +
 			"Safe while agents upload, as long as --min-age exceeds the longest push of one node.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
 			&cli.IntFlag{Name: "keep-last", Usage: "keep the `N` newest committed steps (required, at least 1)"},
 			&cli.Int64Flag{Name: "keep-every", Usage: "also keep every step divisible by `K`"},
 			&cli.DurationFlag{Name: "min-age", Value: prune.DefaultMinAge, Usage: "grace period: delete unreferenced objects, and objects of pruned manifests, only once this old (0: now; only when nothing uploads)"},

@@ -43,7 +43,7 @@ func newPushCommand() *cli.Command {
 		Usage:     "upload a checkpoint directory (or files) as one step and commit its manifest",
 		ArgsUsage: "DIR | FILE...",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` (the agent's FERRY_TO)"},
+			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder (the agent's FERRY_TO)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "training step this checkpoint belongs to (required)"},
 			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size (raised so no object needs more than 10,000 parts)"},
 			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most upload requests in flight; within it, requests are sized by bytes (16 parts in flight), so small files get many and big parts few"},
@@ -253,7 +253,7 @@ func (sum *pushSummary) fill(o pushOptions, loc manifest.Location, res uploader.
 	sum.DedupFiles, sum.DedupBytes = res.Stats.DedupFiles, res.Stats.DedupBytes
 	sum.Seconds = took.Seconds()
 	sum.loc = loc.String()
-	sum.Manifest = "s3://" + loc.Bucket + "/" + manifest.ManifestKey(loc.Prefix, o.step)
+	sum.Manifest = loc.URL(manifest.ManifestKey(loc.Prefix, o.step))
 	if res.Manifest != nil {
 		sum.Files, sum.Bytes = len(res.Manifest.Files), res.Manifest.TotalBytes()
 	} else if res.Part != nil {
@@ -263,7 +263,7 @@ func (sum *pushSummary) fill(o pushOptions, loc manifest.Location, res uploader.
 		}
 	}
 	if o.node.nodes > 1 {
-		sum.Part = "s3://" + loc.Bucket + "/" + manifest.PartKey(loc.Prefix, manifest.PartSet{Step: o.step, Nodes: o.node.nodes, Run: o.node.run}, o.node.rank)
+		sum.Part = loc.URL(manifest.PartKey(loc.Prefix, manifest.PartSet{Step: o.step, Nodes: o.node.nodes, Run: o.node.run}, o.node.rank))
 	}
 }
 

@@ -49,7 +49,7 @@ func newRestoreCommand() *cli.Command {
 		Name:  "restore",
 		Usage: "download and verify a committed checkpoint step into a directory",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
 			&cli.StringFlag{Name: "to", Usage: "target `DIR` (created if missing)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh; with --include, let a pattern match no file"},

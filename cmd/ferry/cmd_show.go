@@ -23,7 +23,7 @@ func newShowCommand() *cli.Command {
 		Name:  "show",
 		Usage: "print the committed manifest JSON of a step (the latest by default)",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to show (default: the latest committed)"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {

@@ -40,7 +40,7 @@ func newVerifyCommand() *cli.Command {
 			"choice of files holding about that share of each step's bytes. Exit 0 when everything checked holds; 1 with one line per problem\n" +
 			"(missing, wrong size, wrong hash, unreadable, manifest); 3 when there is no committed step.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix`"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "check this step (default: the latest committed)"},
 			&cli.IntFlag{Name: "last", Usage: "check the newest `N` committed steps"},
 			&cli.BoolFlag{Name: "all", Usage: "check every committed step"},

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ferrylabs/ferry/internal/filestore"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
@@ -80,26 +81,17 @@ func newLogger(o remoteOptions, w io.Writer) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)), nil
 }
 
-// openStore parses an s3:// URL and opens the bucket it names.
-// Requests are counted in counters when it is not nil.
-func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.Logger, maxConns int, counters *s3store.Counters) (*s3store.Store, manifest.Location, error) {
+// openStore parses an s3:// or file:// URL and opens the bucket or folder
+// it names. Requests are counted in counters when it is not nil.
+func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.Logger, maxConns int, counters *s3store.Counters) (store.Store, manifest.Location, error) {
 	loc, err := parseLocation(flag, url)
 	if err != nil {
 		return nil, manifest.Location{}, err
 	}
-	st, err := s3store.New(ctx, s3store.Config{
-		Endpoint:    o.Endpoint,
-		Region:      o.Region,
-		Profile:     o.Profile,
-		Bucket:      loc.Bucket,
-		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey, SessionToken: o.SessionToken,
-		MaxConns: maxConns,
-		Logger:   log,
-		OnRequest: func(op string) {
-			if counters != nil {
-				counters.Count(op)
-			}
-		},
+	st, err := openLocation(ctx, o, loc, log, maxConns, func(op string) {
+		if counters != nil {
+			counters.Count(op)
+		}
 	})
 	if err != nil {
 		return nil, manifest.Location{}, err
@@ -107,10 +99,28 @@ func openStore(ctx context.Context, o remoteOptions, flag, url string, log *zap.
 	return st, loc, nil
 }
 
-// parseLocation reads an s3://bucket/prefix flag.
+// openLocation opens the bucket or folder of loc; onRequest is called for
+// each request.
+func openLocation(ctx context.Context, o remoteOptions, loc manifest.Location, log *zap.Logger, maxConns int, onRequest func(op string)) (store.Store, error) {
+	if loc.IsFile() {
+		return filestore.Open(loc.Bucket, filestore.Options{OnRequest: onRequest})
+	}
+	return s3store.New(ctx, s3store.Config{
+		Endpoint:    o.Endpoint,
+		Region:      o.Region,
+		Profile:     o.Profile,
+		Bucket:      loc.Bucket,
+		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey, SessionToken: o.SessionToken,
+		MaxConns:  maxConns,
+		Logger:    log,
+		OnRequest: onRequest,
+	})
+}
+
+// parseLocation reads an s3://bucket/prefix or file:///folder flag.
 func parseLocation(flag, url string) (manifest.Location, error) {
 	if url == "" {
-		return manifest.Location{}, usagef("--%s is required (s3://bucket/prefix)", flag)
+		return manifest.Location{}, usagef("--%s is required (s3://bucket/prefix or file:///folder)", flag)
 	}
 	loc, err := manifest.ParseURL(url)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
-	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/peer"
 )
@@ -65,7 +65,7 @@ func readPeerOptions(c *cli.Context) (*peerOptions, error) {
 
 // start starts this node's peer server and returns it, with what to do
 // when the restore is over; a nil node when --peers names this node alone.
-func (o *peerOptions) start(ctx context.Context, st *s3store.Store, loc manifest.Location, dir string, concurrency int, log *zap.Logger) (*peer.Node, func(), error) {
+func (o *peerOptions) start(ctx context.Context, st store.Store, loc manifest.Location, dir string, concurrency int, log *zap.Logger) (*peer.Node, func(), error) {
 	peers, self, cleanup, err := o.members(ctx, st, loc)
 	if err != nil {
 		return nil, nil, err
@@ -95,7 +95,7 @@ func (o *peerOptions) start(ctx context.Context, st *s3store.Store, loc manifest
 // members resolves --peers into the nodes' addresses and this node's
 // index; with bucket:N it announces this node in the bucket and finds the
 // others there, and cleanup withdraws the announcement.
-func (o *peerOptions) members(ctx context.Context, st *s3store.Store, loc manifest.Location) ([]string, int, func(), error) {
+func (o *peerOptions) members(ctx context.Context, st store.Store, loc manifest.Location) ([]string, int, func(), error) {
 	host, port, _ := net.SplitHostPort(o.listen)
 	nothing := func() {}
 	if count, ok := strings.CutPrefix(o.spec, "bucket:"); ok {
@@ -167,7 +167,7 @@ func advertiseHost(listen string) string {
 
 // startSeed serves the agent's committed steps to restoring nodes
 // (agent --serve-peers).
-func startSeed(ctx context.Context, o agentOptions, st *s3store.Store, loc manifest.Location, a *agent.Agent, limiter *ratelimit.Limiter, log *zap.Logger) (*peer.Node, error) {
+func startSeed(ctx context.Context, o agentOptions, st store.Store, loc manifest.Location, a *agent.Agent, limiter *ratelimit.Limiter, log *zap.Logger) (*peer.Node, error) {
 	if _, _, err := net.SplitHostPort(o.servePeers); err != nil {
 		return nil, usagef("--serve-peers %q: want host:port or :port", o.servePeers)
 	}
@@ -185,11 +185,17 @@ func startSeed(ctx context.Context, o agentOptions, st *s3store.Store, loc manif
 
 // peerKey is the key peers sign with: from --peer-token, else derived
 // from the store credentials for this bucket and prefix.
-func peerKey(ctx context.Context, st *s3store.Store, loc manifest.Location, token, flag string) ([]byte, error) {
+func peerKey(ctx context.Context, st store.Store, loc manifest.Location, token, flag string) ([]byte, error) {
 	if token != "" {
 		return peer.KeyFromToken(token), nil
 	}
-	key, err := st.DeriveKey(ctx, peer.KeyLabel(loc.Bucket, loc.Prefix))
+	d, ok := st.(interface {
+		DeriveKey(ctx context.Context, label string) ([]byte, error)
+	})
+	if !ok {
+		return nil, usagef("%s with %s: a folder has no credentials to derive the peers' key from: give --peer-token", flag, loc)
+	}
+	key, err := d.DeriveKey(ctx, peer.KeyLabel(loc.Bucket, loc.Prefix))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (give --peer-token)", flag, err)
 	}

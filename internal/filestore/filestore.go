@@ -92,7 +92,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, &rootError{msg: fmt.Sprintf("file store %s: the folder does not exist", dir),
+			return nil, &rootError{msg: "open file store",
 				reason: fmt.Sprintf("folder %s does not exist: create it (mkdir -p %s) or check that its filesystem is mounted", dir, dir), cause: err}
 		}
 		return nil, fmt.Errorf("file store %s: open the folder: %w", dir, err)
