@@ -145,13 +145,21 @@ func (s *Store) retryENOENT(key string, op func() error) error {
 func (s *Store) create(t temp, key string) error {
 	defer s.root.Remove(t.name)
 	err := s.retryENOENT(key, func() error { return s.root.Link(t.name, key) })
-	if errors.Is(err, fs.ErrExist) {
+	if errors.Is(err, fs.ErrExist) && !s.landed(t, key) {
 		return store.ErrPreconditionFailed
 	}
 	if err != nil {
 		return fmt.Errorf("link into place: %w", err)
 	}
 	return s.syncDir(parent(key))
+}
+
+// landed reports whether key is the file t, after a link or rename that
+// failed: over NFS, a request retransmitted after its reply was lost
+// fails (EEXIST, ENOENT) where the first one succeeded.
+func (s *Store) landed(t temp, key string) bool {
+	fi, err := s.root.Lstat(key)
+	return err == nil && os.SameFile(fi, t.info)
 }
 
 // replace makes t the object key, replacing what is there; with ifMatch
@@ -180,6 +188,9 @@ func (s *Store) replace(ctx context.Context, t temp, key, ifMatch string) error 
 	}
 	err = s.retryENOENT(key, func() error { return s.root.Rename(t.name, key) })
 	unlock()
+	if errors.Is(err, fs.ErrNotExist) && s.landed(t, key) {
+		err = nil
+	}
 	if err != nil {
 		s.root.Remove(t.name)
 		return fmt.Errorf("rename into place: %w", err)
