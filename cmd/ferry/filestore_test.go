@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/filestore"
+	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
@@ -152,4 +153,22 @@ func TestAgentFileStore(t *testing.T) {
 			t.Errorf("restored %s: %d bytes (%v), want the trainer's %d", name, len(got), err, len(want))
 		}
 	}
+}
+
+// TestCLIFolderToBucket: the tiering of docs/file-store.md, against the
+// real S3 server: push to a folder, copy it to a bucket, restore from the
+// bucket byte for byte.
+func TestCLIFolderToBucket(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := "s3://" + srv.NewBucket(t) + "/run"
+	folder := "file://" + t.TempDir()
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(11*mib, 3))
+	writeFile(t, filepath.Join(src, "rng.pt"), randomBytes(1000, 4))
+	ferry(t, nil, "push", "--to", folder, "--step", "5", "--part-size", "5MiB", src).must(t, 0)
+	ferry(t, srv, "copy", "--from", folder, "--to", bucket).must(t, 0)
+	ferry(t, srv, "verify", "--from", bucket, "--read-data").must(t, 0)
+	dst := t.TempDir()
+	ferry(t, srv, "restore", "--from", bucket, "--to", dst).must(t, 0)
+	sameTree(t, src, dst)
 }
