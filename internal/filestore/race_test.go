@@ -32,10 +32,43 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(envStall); dir != "" {
+		os.Exit(staller(dir))
+	}
 	if dir := os.Getenv(envHelper); dir != "" {
 		os.Exit(racer(dir))
 	}
 	os.Exit(m.Run())
+}
+
+// envStall runs the helper that stalls in the middle of a Put's body.
+const envStall = "FERRY_FILESTORE_STALL"
+
+// stalling is a 2 MiB body whose second half never comes: its second Read
+// says "stalled" on stdout (the first MiB is in the temporary file by
+// then) and blocks.
+type stalling struct{ reads int }
+
+func (b *stalling) Read(p []byte) (int, error) {
+	if b.reads++; b.reads > 1 {
+		fmt.Println("stalled")
+		select {}
+	}
+	return len(p), nil
+}
+
+func (b *stalling) Seek(int64, int) (int64, error) { return 0, nil }
+
+// staller puts a body that stalls halfway, to be killed there.
+func staller(dir string) int {
+	st, err := filestore.Open(dir, filestore.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_, err = st.Put(context.Background(), os.Getenv(envKey), &stalling{}, 2<<20, store.PutOptions{})
+	fmt.Fprintln(os.Stderr, "the stalled put returned:", err)
+	return 1
 }
 
 // racer opens the store, says it is ready, waits for stdin to close, then
@@ -140,5 +173,52 @@ func TestProcessesRaceIfMatch(t *testing.T) {
 		key := fmt.Sprintf("step-%d/manifest.json", i)
 		info := storetest.MustPut(t, st, key, []byte("committed"))
 		race(t, st, key, info.ETag)
+	}
+}
+
+// TestKilledMidPut: a writer killed in the middle of a Put leaves its
+// temporary file, never an object: Head, Get and List see nothing, and
+// the key can be created afterwards.
+func TestKilledMidPut(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envStall+"="+dir, envKey+"=step-1/model.pt")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "stalled\n" {
+		t.Fatalf("stalling writer: %q, %v", line, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if left := tempFiles(t, dir); len(left) != 1 {
+		t.Fatalf("temporary files after the kill: %q, want the writer's one", left)
+	}
+	st, err := filestore.Open(dir, filestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Head(t.Context(), "step-1/model.pt"); !errors.Is(err, store.ErrNotExist) {
+		t.Errorf("Head after the writer died: %v, want ErrNotExist", err)
+	}
+	if _, err := st.Get(t.Context(), "step-1/model.pt", 0, -1); !errors.Is(err, store.ErrNotExist) {
+		t.Errorf("Get after the writer died: %v, want ErrNotExist", err)
+	}
+	err = st.List(t.Context(), "", "", 0, func(o store.ObjectInfo) error {
+		t.Errorf("List shows %s after the writer died", o.Key)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("written whole")
+	if _, err := st.Put(t.Context(), "step-1/model.pt", bytes.NewReader(data), int64(len(data)), store.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatalf("create after the writer died: %v", err)
 	}
 }
