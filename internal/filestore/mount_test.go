@@ -79,3 +79,30 @@ func TestFullFilesystem(t *testing.T) {
 	}
 	storetest.MustPut(t, st, "small", []byte("fits"))
 }
+
+// TestReadOnlyFilesystem: a folder on a filesystem mounted read-only (a
+// restore node's view of the checkpoints) serves Head, Get and List; a
+// Put fails with EROFS and nothing else.
+func TestReadOnlyFilesystem(t *testing.T) {
+	mnt := mountTmpfs(t, 16<<20)
+	st := newStore(t, mnt)
+	data := storetest.RandomBytes(2, 1000)
+	storetest.MustPut(t, st, "manifests/1.json", data)
+	if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount %s read-only: %v", mnt, err)
+	}
+	if got := storetest.MustGet(t, st, "manifests/1.json", 10, 20); !bytes.Equal(got, data[10:30]) {
+		t.Errorf("ranged Get on a read-only filesystem returned %d bytes that differ", len(got))
+	}
+	var listed []string
+	if err := st.List(t.Context(), "manifests/", "", 0, func(o store.ObjectInfo) error { listed = append(listed, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0] != "manifests/1.json" {
+		t.Errorf("List on a read-only filesystem = %q", listed)
+	}
+	_, err := st.Put(t.Context(), "manifests/2.json", bytes.NewReader(data), int64(len(data)), store.PutOptions{IfNoneMatch: true})
+	if !errors.Is(err, unix.EROFS) {
+		t.Errorf("Put on a read-only filesystem: %v, want EROFS", err)
+	}
+}
