@@ -173,7 +173,7 @@ func (s *Store) replace(ctx context.Context, t temp, key, ifMatch string) error 
 		return err
 	}
 	if ifMatch != "" {
-		cur, err := s.root.Lstat(key)
+		cur, err := s.current(key)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || (err == nil && !cur.Mode().IsRegular()):
 			err = fmt.Errorf("if-match %s: the object is gone: %w", ifMatch, store.ErrPreconditionFailed)
@@ -196,6 +196,19 @@ func (s *Store) replace(ctx context.Context, t temp, key, ifMatch string) error 
 		return fmt.Errorf("rename into place: %w", err)
 	}
 	return s.syncDir(parent(key))
+}
+
+// current stats the object key through an open descriptor: on NFS an
+// open revalidates the name and the file with the server (close-to-open),
+// where a stat may answer from the client's caches what another host has
+// since replaced.
+func (s *Store) current(key string) (fs.FileInfo, error) {
+	f, err := s.root.Open(key)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Stat()
 }
 
 // etag is an object's ETag: its inode, size and modification time. Every
