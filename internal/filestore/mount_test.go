@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +33,56 @@ func mountTmpfs(t *testing.T, size int64) string {
 		}
 	})
 	return dir
+}
+
+// mountExt4 makes an ext4 filesystem of size bytes in a file, mounts it
+// through a loop device on a new folder and returns the folder; it skips
+// the test where mkfs.ext4 is missing or a loop mount is not permitted.
+func mountExt4(t *testing.T, size int64) string {
+	t.Helper()
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		t.Skip("mkfs.ext4 is not installed (Debian: e2fsprogs): no ext4 to mount")
+	}
+	img := filepath.Join(t.TempDir(), "ext4.img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-q", "-F", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4 %s: %v: %s", img, err, out)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		t.Skipf("a loop mount of an ext4 image is not permitted here (%v: %s): run as root with loop devices to test ext4", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// TestExt4 runs the store suite and the race of two processes on a
+// loop-mounted ext4, where fsync and folder sync reach a disk (a tmpfs
+// makes them no-ops).
+func TestExt4(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: makes and mounts a filesystem")
+	}
+	mnt := mountExt4(t, 128<<20)
+	t.Run("suite", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store { return newStore(t, mnt) })
+	})
+	t.Run("race", func(t *testing.T) {
+		st := newStore(t, mnt)
+		for i := range raceRounds() / 4 {
+			race(t, st, fmt.Sprintf("k%d", i), "")
+		}
+	})
 }
 
 // device returns the device number of the filesystem holding path.
