@@ -98,6 +98,9 @@ func (a *Agent) alreadyDoneLocked(s *detect.Step) (done bool, why string, warn b
 		if a.opts.Nodes > 1 {
 			return true, "not uploading: step already committed, but its files on disk changed since; a multi-node step is not revised, so the bucket keeps the committed version (push it under another step number to keep this one)", true
 		}
+		if why, warn := revisionLoses(e.Files, localFiles(*s), s.Marker); why != "" {
+			return true, why, warn
+		}
 		return false, "", false // changed since committed: revised (completeLocked)
 	}
 	if a.remote[s.Number] {
@@ -181,7 +184,18 @@ func (a *Agent) completeLocked(e *entry, s detect.Step, n int64) {
 
 // deletedLocked abandons a step removed or changed before it was durable.
 func (a *Agent) deletedLocked(e *entry, why error, n int64) {
-	if e == nil || e.status.State == control.StateCommitted || e.status.State == control.StateNodeDone || e.status.State == control.StateAbandoned {
+	if e == nil || e.status.State == control.StateAbandoned {
+		return
+	}
+	if e.status.State == control.StateCommitted || e.status.State == control.StateNodeDone {
+		if !detect.Superseded(&e.step) {
+			what := "deleted on disk"
+			if errors.Is(why, detect.ErrChanged) {
+				what = "changed on disk (files deleted, or a new save of it begun)"
+			}
+			a.log.Info("committed step "+what+"; the bucket keeps the committed version (a complete new save of the step is published as its next revision)",
+				zap.Int64("step", n))
+		}
 		return
 	}
 	reason := "deleted by the trainer"
@@ -239,4 +253,46 @@ func (a *Agent) lostLocked(e *entry, s detect.Step, n int64) {
 		stepField(&s), zap.Int64("step_number", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
 	a.steps[n] = &entry{step: s, status: control.StepStatus{Step: n, State: control.StateLost, Files: len(s.Files),
 		Bytes: s.TotalBytes(), Detected: time.Now().UTC(), Error: "deleted from disk before it could be uploaded"}}
+}
+
+// revisionLoses says why a step found complete again after its commit is
+// not a new version to publish: a revision replaces the committed one, so
+// it must never lose data. Files gone from disk with the rest unchanged
+// are a cleanup (a script deleting optimizer states to save space), not a
+// save: the bucket keeps the committed version. Files gone while others
+// changed are a re-save only where a marker, written after the new files
+// (detect requires that), says the new set is complete; without a marker
+// nothing does, and the committed version stays. "" when the new version
+// may be published; warn when the operator should look.
+func revisionLoses(committed, now []localFile, marker string) (why string, warn bool) {
+	have := make(map[string]localFile, len(now))
+	for _, f := range now {
+		have[f.Path] = f
+	}
+	var missing []string
+	for _, f := range committed {
+		if _, ok := have[f.Path]; !ok {
+			missing = append(missing, f.Path)
+		}
+	}
+	if len(missing) == 0 {
+		return "", false
+	}
+	kept := map[localFile]bool{}
+	for _, f := range committed {
+		kept[f] = true
+	}
+	changed := false
+	for _, f := range now {
+		if !kept[f] {
+			changed = true
+		}
+	}
+	switch {
+	case !changed:
+		return fmt.Sprintf("not revising: %d of the committed step's files were deleted on disk (first %s) and the rest are unchanged; the bucket keeps the committed version", len(missing), missing[0]), false
+	case marker == "":
+		return fmt.Sprintf("not revising: since the commit %d files were deleted on disk (first %s) and others changed, and this layout has no marker to say the new set is complete; the bucket keeps the committed version", len(missing), missing[0]), true
+	}
+	return "", false
 }
