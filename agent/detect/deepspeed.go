@@ -58,6 +58,7 @@ func (deepspeedLayout) Steps(t *Tree) []Candidate {
 			c.Waiting = "latest does not name " + root + " or a later tag"
 		}
 		requireFresh(t, &c, deepspeedLatest, latestCovers)
+		c.Moved = haveLatest && latest > n
 		c.Held, c.Proof = zeroHeld(&c), ProofRanks
 		c.Step.Generated = []Generated{{RelPath: deepspeedLatest, Data: []byte(root)}}
 		out = append(out, c)

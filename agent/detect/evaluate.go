@@ -118,6 +118,9 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	for _, c := range cands {
 		id := c.id()
 		seen[id] = true
+		if why := w.declared(&c); why != "" && c.Held == "" {
+			c.Held = why
+		}
 		fp := fingerprintOf(e.tree, &c)
 		st := w.states[id]
 		if st != nil && st.reported {
@@ -164,6 +167,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 			events = append(events, Event{Kind: Deleted, Step: st.step})
 		}
 		delete(w.states, id)
+		delete(w.decls, id)
 	}
 	events = append(events, w.report(ready)...)
 	w.checkRecognized(now)

@@ -59,6 +59,11 @@ type Candidate struct {
 	// Stale is set when the layout's marker exists but is older than
 	// bytes it vouches for (proof.go): the step waits for a fresh one.
 	Stale bool
+	// Moved is set when the marker is a pointer in the root (DeepSpeed's
+	// latest, Megatron's tracker) that names a later step now: it says
+	// the step was complete once, not that its files are still that
+	// version (declare.go).
+	Moved bool
 	// Temps are paths with temporary names inside the step: while any
 	// exists the step is not complete.
 	Temps []string

@@ -70,6 +70,7 @@ func (l *megatronLayout) Steps(t *Tree) []Candidate {
 			c.Waiting = megatronTracker + " does not name iteration " + strconv.FormatInt(n, 10) + " or later"
 		}
 		requireFresh(t, &c, megatronTracker, nil)
+		c.Moved = haveLatest && latest > n
 		c.Step.Generated = []Generated{{RelPath: megatronTracker, Data: []byte(strconv.FormatInt(n, 10))}}
 		out = append(out, c)
 	}

@@ -20,6 +20,9 @@ import (
 type Watcher struct {
 	*engine
 	states map[string]*stepState
+	// decls are the file sets markers declared, by candidate ID
+	// (declare.go).
+	decls map[string]*declaration
 	// evals counts evaluations, so tests can see that an idle watcher
 	// does nothing.
 	evals atomic.Int64
@@ -63,6 +66,7 @@ func New(opts Options) (*Watcher, error) {
 	return &Watcher{
 		engine: e,
 		states: map[string]*stepState{},
+		decls:  map[string]*declaration{},
 	}, nil
 }
 

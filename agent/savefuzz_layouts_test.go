@@ -1,0 +1,176 @@
+package agent
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// fuzzLayout is one framework's save habits, as the fuzzer generates them.
+type fuzzLayout struct {
+	name string
+	// dir is step n's folder ("" for the single layout's root files).
+	dir func(n int64) string
+	// save writes step n the way the framework does, marker last where
+	// it has one.
+	save func(f *fz, n int64)
+	// cleanup deletes part of a saved step to save disk space (an
+	// optimizer state), or nothing when the layout has no such habit.
+	cleanup func(f *fz, n int64)
+	// generated are paths a restore adds that are not the trainer's
+	// files of the step (pointers rebuilt per step).
+	generated map[string]bool
+}
+
+func fuzzLayouts() []fuzzLayout {
+	return []fuzzLayout{
+		{
+			name: "dcp", dir: func(n int64) string { return fmt.Sprintf("step-%d", n) },
+			save: saveDCP, cleanup: func(f *fz, n int64) { f.remove(fmt.Sprintf("step-%d/__0_0.distcp", n)) },
+		},
+		{
+			name: "hf", dir: func(n int64) string { return fmt.Sprintf("checkpoint-%d", n) },
+			save: saveHF, cleanup: func(f *fz, n int64) { f.remove(fmt.Sprintf("checkpoint-%d/optimizer.pt", n)) },
+		},
+		{
+			name: "deepspeed", dir: func(n int64) string { return fmt.Sprintf("global_step%d", n) },
+			save: saveDeepSpeed, generated: map[string]bool{"latest": true},
+			cleanup: func(f *fz, n int64) {
+				f.remove(fmt.Sprintf("global_step%d/zero_pp_rank_0_mp_rank_00_optim_states.pt", n))
+			},
+		},
+		{
+			name: "megatron", dir: func(n int64) string { return fmt.Sprintf("iter_%07d", n) },
+			save: saveMegatron, generated: map[string]bool{"latest_checkpointed_iteration.txt": true},
+			cleanup: func(f *fz, n int64) { f.remove(fmt.Sprintf("iter_%07d/mp_rank_00/distrib_optim.pt", n)) },
+		},
+		{
+			name: "single", dir: func(int64) string { return "" },
+			save: saveSingle, cleanup: func(f *fz, _ int64) { f.remove("model_best.pth.tar") },
+		},
+	}
+}
+
+// saveDCP: ranks write __R_0.distcp in place, the coordinator writes
+// .metadata.tmp and renames it; sometimes the whole step is written in a
+// temporary folder renamed into place at the end.
+func saveDCP(f *fz, n int64) {
+	dir := fmt.Sprintf("step-%d", n)
+	w := dir
+	if !f.exists(dir) && f.rng.Intn(4) == 0 {
+		w = fmt.Sprintf("tmp-%d", 1000+f.rng.Intn(9000))
+	}
+	for _, r := range f.ranks() {
+		f.file(fmt.Sprintf("%s/__%d_0.distcp", w, r))
+		f.sleep(f.gap())
+	}
+	f.text(w+"/.metadata.tmp", fmt.Sprintf("metadata of step %d, %d", n, f.rng.Int63()))
+	f.rename(w+"/.metadata.tmp", w+"/.metadata")
+	if w != dir {
+		f.rename(w, dir)
+	}
+	if !f.dead {
+		f.completed(strconv.FormatInt(n, 10), dir)
+	}
+}
+
+// saveHF: the Trainer's main process saves the model, optimizer, scheduler
+// and its RNG state, then trainer_state.json; other ranks' RNG states may
+// land after it.
+func saveHF(f *fz, n int64) {
+	dir := fmt.Sprintf("checkpoint-%d", n)
+	ranks := f.ranks()
+	f.file(dir + "/model.safetensors")
+	f.file(dir + "/optimizer.pt")
+	f.file(dir + "/scheduler.pt")
+	rng := func(r int) string {
+		if len(ranks) == 1 {
+			return dir + "/rng_state.pth"
+		}
+		return fmt.Sprintf("%s/rng_state_%d.pth", dir, r)
+	}
+	f.file(rng(0))
+	late := []int{}
+	for r := 1; r < len(ranks); r++ {
+		if f.rng.Intn(2) == 0 {
+			f.file(rng(r))
+		} else {
+			late = append(late, r)
+		}
+	}
+	f.text(dir+"/trainer_state.json", fmt.Sprintf(`{"global_step": %d, "nonce": %d}`, n, f.rng.Int63()))
+	for _, r := range late {
+		f.sleep(f.gap())
+		f.file(rng(r))
+	}
+	if !f.dead {
+		f.completed(strconv.FormatInt(n, 10), dir)
+	}
+}
+
+// saveDeepSpeed: each rank saves its files, rank 0 rewrites latest after
+// its own, before other ranks may be done.
+func saveDeepSpeed(f *fz, n int64) {
+	dir := fmt.Sprintf("global_step%d", n)
+	ranks := f.ranks()
+	f.file(dir + "/mp_rank_00_model_states.pt")
+	f.file(dir + "/zero_pp_rank_0_mp_rank_00_optim_states.pt")
+	late := []int{}
+	for r := 1; r < len(ranks); r++ {
+		if f.rng.Intn(2) == 0 {
+			f.file(fmt.Sprintf("%s/zero_pp_rank_%d_mp_rank_00_optim_states.pt", dir, r))
+		} else {
+			late = append(late, r)
+		}
+	}
+	f.text("latest", dir)
+	for _, r := range late {
+		f.sleep(f.gap())
+		f.file(fmt.Sprintf("%s/zero_pp_rank_%d_mp_rank_00_optim_states.pt", dir, r))
+	}
+	if !f.dead {
+		f.completed(strconv.FormatInt(n, 10), dir)
+	}
+}
+
+// saveMegatron: every tensor-parallel rank writes its folder, rank 0
+// rewrites the tracker after a barrier.
+func saveMegatron(f *fz, n int64) {
+	dir := fmt.Sprintf("iter_%07d", n)
+	for _, r := range f.ranks() {
+		f.file(fmt.Sprintf("%s/mp_rank_%02d/model_optim_rng.pt", dir, r))
+		if r == 0 {
+			f.file(dir + "/mp_rank_00/distrib_optim.pt")
+		}
+		f.sleep(f.gap())
+	}
+	f.text("latest_checkpointed_iteration.txt", strconv.FormatInt(n, 10))
+	if !f.dead {
+		f.completed(strconv.FormatInt(n, 10), dir)
+	}
+}
+
+// saveSingle: torch.save of one checkpoint file, in place or through a
+// temporary name and os.replace, sometimes copied to model_best (the
+// ImageNet example); every state between whole files is one the trainer
+// had.
+func saveSingle(f *fz, n int64) {
+	c, p := f.chunks()
+	if f.rng.Intn(2) == 0 {
+		f.write("checkpoint.pth.tar", f.size(), c, p)
+	} else {
+		f.write("checkpoint.pth.tar.tmp", f.size(), c, p)
+		f.rename("checkpoint.pth.tar.tmp", "checkpoint.pth.tar")
+	}
+	if f.dead {
+		return
+	}
+	f.completed("single", "")
+	if f.rng.Intn(2) == 0 {
+		f.sleep(f.gap())
+		f.copyFile("checkpoint.pth.tar", "model_best.pth.tar")
+		if !f.dead {
+			f.completed("single", "")
+		}
+	}
+	_ = n
+}

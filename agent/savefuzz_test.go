@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+// TestSaveScheduleFuzz drives the agent, at its defaults, with seeded
+// schedules of trainer behaviour (savefuzz_gen_test.go: ranks at different
+// speeds, markers before and after other ranks, temporary folders renamed
+// into place, saves killed halfway, re-saves of committed steps, cleanup
+// deleting files of older steps, steps deleted soon after their save,
+// files rewritten in place) against versitygw, and checks it against an
+// oracle that recorded every state the trainer completed:
+//
+//   - every manifest the agent wrote (revisions included, seen as they
+//     were written) holds a state the trainer completed for that step;
+//   - every step whose last completed state is still on disk at the end
+//     is committed with exactly that state;
+//   - a completed step deleted before it was durable is reported lost;
+//   - flush answers that everything is committed, and that is true.
+//
+// FERRY_FUZZ_SEEDS sets how many schedules run (default 10; `make
+// test-writers` runs 200, `make fuzz-agent SEEDS=N` any number),
+// FERRY_FUZZ_FIRST the first seed, FERRY_FUZZ_PARALLEL how many at once.
+// A failing seed prints its schedule; add it as a writer-pattern row.
+func TestSaveScheduleFuzz(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the agent against versitygw")
+	}
+	seeds, first, parallel := envInt("FERRY_FUZZ_SEEDS", 10), envInt("FERRY_FUZZ_FIRST", 1), envInt("FERRY_FUZZ_PARALLEL", 6)
+	srv := s3test.Shared(t)
+	layouts := fuzzLayouts()
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ran := map[string]int{}
+	for seed := first; seed < first+seeds; seed++ {
+		l := layouts[seed%len(layouts)]
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.Run(fmt.Sprintf("seed-%d-%s", seed, l.name), func(t *testing.T) {
+				runSchedule(t, srv, int64(seed), l)
+			})
+			mu.Lock()
+			ran[l.name]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	t.Logf("schedules run per layout: %v", ran)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// recordingStore keeps every manifest written through it, as written.
+type recordingStore struct {
+	store.Store
+	prefix string
+	mu     sync.Mutex
+	seen   []*manifest.Manifest
+	bad    []string
+}
+
+func (r *recordingStore) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts store.PutOptions) (store.ObjectInfo, error) {
+	if _, ok := manifest.StepFromManifestKey(r.prefix, key); !ok {
+		return r.Store.Put(ctx, key, body, size, opts)
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return store.ObjectInfo{}, err
+	}
+	info, err := r.Store.Put(ctx, key, bytes.NewReader(data), size, opts)
+	if err == nil {
+		m, derr := manifest.Decode(bytes.NewReader(data), r.prefix)
+		r.mu.Lock()
+		if derr != nil || len(m.Shards) > 0 {
+			r.bad = append(r.bad, fmt.Sprintf("manifest %s: decode %v, %d shards", key, derr, len(m.Shards)))
+		} else {
+			r.seen = append(r.seen, m)
+		}
+		r.mu.Unlock()
+	}
+	return info, err
+}
+
+// runSchedule runs one seed's schedule and checks the oracle.
+func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
+	f := &fz{rng: rand.New(rand.NewSource(seed)), dir: t.TempDir(), complete: map[string][]fileState{}}
+	rec := &recordingStore{Store: srv.Store(t, srv.NewBucket(t)), prefix: "run"}
+	state, err := os.MkdirTemp("", "fz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(state)
+	a, err := New(Options{ // the CLI's defaults (cmd/ferry cmd_agent_flags.go)
+		Store: rec, Prefix: "run", URL: "s3://fuzz/run", StateDir: state,
+		Detect:   detect.Options{Dir: f.dir, Layout: "auto", CloseWrite: true},
+		Pipeline: true, WhenBehind: NewestFirst,
+		Upload: uploader.Options{PartSize: 64 << 20, Concurrency: uploader.DefaultConcurrency, DropCache: true},
+		Logger: zaptest.NewLogger(t).Named(l.name),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.watching
+	lost := f.play(l)
+	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	left, ferr := a.Flush(fctx)
+	fcancel()
+	st := a.Status()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("agent: %v", err)
+	}
+	if msg := f.check(l, rec, st, lost, left, ferr); msg != "" {
+		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
+	}
+}
+
+// play runs the schedule: saves (some killed halfway, some re-saving an
+// earlier step), pauses, cleanups and quick deletions. It returns the steps
+// it deleted after the trainer completed them.
+func (f *fz) play(l fuzzLayout) (deleted map[string]bool) {
+	deleted = map[string]bool{}
+	var onDisk []int64
+	next := int64(100)
+	for range 2 + f.rng.Intn(4) {
+		n := next
+		if len(onDisk) > 0 && f.rng.Intn(5) == 0 {
+			n = onDisk[f.rng.Intn(len(onDisk))]
+			f.note("rollback: save step %d again", n)
+		} else {
+			next += 100
+			f.note("save step %d", n)
+		}
+		f.ops, f.dead, f.crashAt = 0, false, -1
+		if f.rng.Intn(4) == 0 {
+			f.crashAt = 1 + f.rng.Intn(8)
+		}
+		l.save(f, n)
+		f.dead = false
+		if f.exists(l.dir(n)) && !containsStep(onDisk, n) {
+			onDisk = append(onDisk, n)
+		}
+		time.Sleep(f.gap())
+		switch f.rng.Intn(8) {
+		case 0:
+			if len(onDisk) > 1 || l.name == "single" {
+				f.note("cleanup of an older step")
+				l.cleanup(f, onDisk[0])
+				if l.name == "single" && f.exists("checkpoint.pth.tar") {
+					f.completed("single", "")
+				}
+			}
+		case 1:
+			if l.name != "single" && len(onDisk) > 0 {
+				victim := onDisk[len(onDisk)-1]
+				f.note("delete step %d soon after its save", victim)
+				time.Sleep(time.Duration(400+f.rng.Intn(1100)) * time.Millisecond)
+				f.remove(l.dir(victim))
+				deleted[strconv.FormatInt(victim, 10)] = true
+				onDisk = onDisk[:len(onDisk)-1]
+			}
+		}
+	}
+	return deleted
+}
+
+func containsStep(s []int64, n int64) bool {
+	for _, x := range s {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
