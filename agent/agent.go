@@ -282,6 +282,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	defer wg.Wait()
 
+	select { // "started" means watching: what is written from now on is seen
+	case <-a.watcher.Ready():
+	case err := <-watchErr:
+		watchErr <- err // handled below
+	case <-ctx.Done():
+	}
 	a.log.Info("agent started", zap.String("watch", a.opts.Detect.Dir), zap.String("to", a.opts.URL),
 		zap.String("layout", a.watcher.LayoutName()), zap.String("state_dir", a.opts.StateDir))
 	close(a.watching)

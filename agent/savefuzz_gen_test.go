@@ -74,6 +74,7 @@ func (f *fz) next() (crash bool) {
 // content makes a file's bytes in the format its name implies, so that
 // the agent's format checks see what real trainers write.
 func (f *fz) content(rel string, size int) []byte {
+	rel = strings.TrimSuffix(rel, ".tmp") // written under a temporary name, renamed
 	raw := make([]byte, size)
 	f.rng.Read(raw)
 	switch {

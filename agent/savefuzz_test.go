@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,6 +142,9 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	}
 	if msg := f.check(l, rec, st, lost, left, ferr); msg != "" {
 		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
+		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
+			_ = os.CopyFS(filepath.Join(d, fmt.Sprintf("seed-%d", seed)), os.DirFS(f.dir))
+		}
 	}
 }
 

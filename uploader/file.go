@@ -33,6 +33,9 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 		return manifest.File{}, fmt.Errorf("open: %w", err)
 	}
 	defer fh.Close()
+	if err := notAsSeen(f, stamp); err != nil {
+		return manifest.File{}, err
+	}
 	if u.opts.DropCache {
 		defer u.leaveCache(fh, stamp.Size)()
 	}

@@ -69,7 +69,7 @@ func planPacks(files []File) (whole []int, packs [][]packMember) {
 	var total int64
 	for i, f := range files {
 		st, err := statFile(f.LocalPath)
-		if err != nil || st.Size >= PackFileLimit {
+		if err != nil || st.Size >= PackFileLimit || notAsSeen(f, st) != nil {
 			whole = append(whole, i)
 			continue
 		}

@@ -220,7 +220,8 @@ func send(ctx context.Context, opts pushJob, state *State, attempt string, prevS
 	}
 	files := make([]File, len(opts.step.Files))
 	for i, f := range opts.step.Files {
-		files[i] = File{LocalPath: f.LocalPath, RelPath: f.RelPath, Key: manifest.DataKey(opts.Prefix, opts.Step, attempt, f.RelPath), Rank: f.Rank}
+		files[i] = File{LocalPath: f.LocalPath, RelPath: f.RelPath, Key: manifest.DataKey(opts.Prefix, opts.Step, attempt, f.RelPath), Rank: f.Rank,
+			Seen: SeenStamp(f.Size, f.ModTime)}
 		if old, ok := reuse[dedupKey(f.RelPath, opts.step.Root)]; ok && old.Size == f.Size {
 			files[i].Reuse = &old
 		}

@@ -28,6 +28,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -112,6 +113,29 @@ type File struct {
 	// size. If the file's BLAKE3 equals Reuse.BLAKE3, the entry's object is
 	// referenced and nothing is sent.
 	Reuse *manifest.File
+	// Seen, when set, is the file's size and modification time when the
+	// step was found complete: the bytes its evidence vouches for. A file
+	// found otherwise when the uploader opens it is refused with
+	// ErrFileChanged rather than uploaded as it is now (a version nobody
+	// declared complete, say a copy killed halfway over it).
+	Seen fileStamp
+}
+
+// SeenStamp is the stamp File.Seen holds for a size and time as a scan
+// saw them; zero when the time is unknown.
+func SeenStamp(size int64, modTime time.Time) fileStamp {
+	if modTime.IsZero() {
+		return fileStamp{}
+	}
+	return fileStamp{Size: size, ModTime: modTime.UnixNano()}
+}
+
+// notAsSeen returns ErrFileChanged when f was seen with another stamp.
+func notAsSeen(f File, stamp fileStamp) error {
+	if f.Seen != (fileStamp{}) && f.Seen != stamp {
+		return changed(f.Seen, stamp)
+	}
+	return nil
 }
 
 // Stats counts what an upload did.

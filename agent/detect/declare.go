@@ -2,6 +2,9 @@ package detect
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +37,7 @@ type declaration struct {
 // its marker declared, or "". It records a declaration when the marker is
 // new or rewritten and names the step.
 func (w *Watcher) declared(c *Candidate) string {
+	w.keepDeclared(c)
 	if !c.Finished || c.Step.Marker == "" {
 		return ""
 	}
@@ -43,6 +47,11 @@ func (w *Watcher) declared(c *Candidate) string {
 	}
 	id := c.id()
 	d := w.decls[id]
+	if d == nil && c.Moved {
+		if why := w.namedWhileWatched(c); why != "" {
+			return why
+		}
+	}
 	if d == nil || !c.Moved && !m.ModTime.Equal(d.markerTime) {
 		files := make(map[string]stat, len(c.Step.Files))
 		for _, f := range c.Step.Files {
@@ -60,9 +69,112 @@ func (w *Watcher) declared(c *Candidate) string {
 		switch {
 		case !ok:
 			return fmt.Sprintf("%s was deleted after %s declared the step complete (a cleanup?): this is not a state the trainer saved", p, c.Step.Marker)
-		case c.Moved && cur != s:
+		case c.Moved && cur != s && (c.Covers == nil || c.Covers(File{RelPath: p})):
 			return fmt.Sprintf("%s changed after %s declared the step complete, and %s now names a later step: the step was saved again without its own pointer write (an interrupted re-save?)", p, c.Step.Marker, c.Step.Marker)
 		}
 	}
 	return ""
+}
+
+// namedWhileWatched returns why a step whose pointer already names a later
+// one cannot be declared now, or "". A step ferry saw being written (its
+// folder appeared while it watched) is declared only by the pointer naming
+// it, after its files' last write: a save interrupted before its pointer
+// write and followed by a save of a later step leaves a pointer that is
+// newer than the interrupted files and names a later step. Steps on disk
+// when the watch began are taken as the pointer says (their history is
+// unknown), and so are steps on network filesystems, whose times come from
+// another clock.
+func (w *Watcher) namedWhileWatched(c *Candidate) string {
+	st := w.states[c.id()]
+	if st == nil || !st.bornWatched || w.remote {
+		return ""
+	}
+	newest := time.Time{}
+	for _, f := range c.Step.Files {
+		if (c.Covers == nil || c.Covers(f)) && f.ModTime.After(newest) {
+			newest = f.ModTime
+		}
+	}
+	if at, ok := w.pointed[c.Step.Number]; ok && !at.Before(newest) {
+		return ""
+	}
+	return fmt.Sprintf("%s names a later step and was not seen naming this one after its files were written: the save of this step was interrupted before its pointer write", c.Step.Marker)
+}
+
+// notePointer records what the layout's pointer file names now, with the
+// pointer's modification time: when it was written naming that step. It
+// is read at every event in the root, so a pointer rewritten twice within
+// one debounce window is still seen naming both steps.
+func (w *Watcher) notePointer() {
+	pl, ok := chosenLayout(w.layout).(pointerLayout)
+	if !ok {
+		return
+	}
+	p, parse := pl.pointer()
+	data, mtime, err := readSmallAt(w.tree.abs(p))
+	if err != nil {
+		return
+	}
+	if n, ok := parse(data); ok {
+		if w.pointed == nil {
+			w.pointed = map[int64]time.Time{}
+		}
+		if len(w.pointed) > 1<<14 {
+			clear(w.pointed)
+		}
+		if mtime.After(w.pointed[n]) {
+			w.pointed[n] = mtime
+		}
+	}
+}
+
+// pointerLayout is a layout whose marker is a pointer file in the root.
+type pointerLayout interface {
+	// pointer returns the pointer's path and how to read the step it names.
+	pointer() (string, func([]byte) (int64, bool))
+}
+
+// chosenLayout is auto's choice, or l itself.
+func chosenLayout(l Layout) Layout {
+	if a, ok := l.(*autoLayout); ok && a.chosen != nil {
+		return a.chosen
+	}
+	return l
+}
+
+// readSmallAt reads the start of a small regular file without following a
+// link or blocking on a FIFO.
+func readSmallAt(abs string) ([]byte, time.Time, error) {
+	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, time.Time{}, fmt.Errorf("%s is not a regular file", abs)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSmallFile))
+	if now, serr := f.Stat(); serr == nil && !now.ModTime().Equal(fi.ModTime()) {
+		return nil, time.Time{}, fmt.Errorf("%s changed while read", abs)
+	}
+	return data, fi.ModTime(), err
+}
+
+// keepDeclared keeps finished a step a pointer declared complete once and
+// whose files are still exactly those: a job rolled back to an earlier
+// step rewrites the pointer to name it, which takes nothing from a later
+// step that was complete.
+func (w *Watcher) keepDeclared(c *Candidate) {
+	d := w.decls[c.id()]
+	if c.Finished || c.Stale || d == nil || len(d.files) != len(c.Step.Files) {
+		return
+	}
+	for _, f := range c.Step.Files {
+		if d.files[f.RelPath] != (stat{f.RelPath, f.Size, f.ModTime.UnixNano()}) {
+			return
+		}
+	}
+	c.Finished, c.Waiting = true, ""
 }

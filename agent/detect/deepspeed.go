@@ -66,6 +66,16 @@ func (deepspeedLayout) Steps(t *Tree) []Candidate {
 	return out
 }
 
+func (deepspeedLayout) pointer() (string, func([]byte) (int64, bool)) {
+	return deepspeedLatest, func(b []byte) (int64, bool) {
+		m := deepspeedDir.FindStringSubmatch(strings.TrimSpace(string(b)))
+		if m == nil {
+			return 0, false
+		}
+		return parseStep(m[1])
+	}
+}
+
 var modelStates = regexp.MustCompile(`(?:^|/)mp_rank_(\d+)_model_states\.pt$`)
 
 // latestCovers reports whether rank 0's latest file vouches for a file:

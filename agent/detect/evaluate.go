@@ -65,6 +65,9 @@ type stepState struct {
 	dirs []string
 	// reported is set once the step was reported Complete, writing once
 	// it was reported Writing (a Deleted event follows if it vanishes).
+	// bornWatched is set when the step first appeared after the watch
+	// began (it was written while ferry watched).
+	bornWatched bool
 	// settling is set while it is complete by the layout's rules and
 	// waits only for time or closes (a Lost event follows if it vanishes).
 	reported, writing, settling bool
@@ -113,14 +116,13 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	var pending []Pending
 	defer func() { w.pending.Store(&pending) }()
 	cands := e.candidates()
+	w.notePointer()
+	defer func() { w.watchedOnce = true }()
 	name := effectiveName(e.layout)
 	w.chosen.Store(&name)
 	for _, c := range cands {
 		id := c.id()
 		seen[id] = true
-		if why := w.declared(&c); why != "" && c.Held == "" {
-			c.Held = why
-		}
 		fp := fingerprintOf(e.tree, &c)
 		st := w.states[id]
 		if st != nil && st.reported {
@@ -128,16 +130,24 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 				continue
 			}
 			events = append(events, Event{Kind: Deleted, Step: st.step, Err: fmt.Errorf("step %s: %w", st.step.Name(), ErrChanged)})
-			st = nil
+			st = &stepState{fp: fp, since: now, bornWatched: true}
+			w.states[id] = st
 		}
 		if st == nil {
-			st = &stepState{fp: fp, since: now}
+			st = &stepState{fp: fp, since: now, bornWatched: w.watchedOnce}
 			w.states[id] = st
 		} else if !st.fp.equal(fp) || fp.touched(touched) {
 			st.fp, st.since = fp, now
 		}
 		st.root, st.dirs = c.Step.Root, fileDirs(&c)
+		undeclared := false
+		if why := w.declared(&c); why != "" && c.Held == "" {
+			c.Held, undeclared = why, true
+		}
 		p, due := w.pendingState(&c, st.since, now)
+		if p != nil && undeclared {
+			p.Declared = false // changed since the trainer declared it
+		}
 		st.due = due
 		st.settling = p != nil && p.State == "settling"
 		if st.settling {

@@ -64,6 +64,9 @@ type Candidate struct {
 	// the step was complete once, not that its files are still that
 	// version (declare.go).
 	Moved bool
+	// Covers, when set, says which files the marker vouches for (nil:
+	// every file); set with Step.Marker.
+	Covers func(File) bool
 	// Temps are paths with temporary names inside the step: while any
 	// exists the step is not complete.
 	Temps []string

@@ -3,6 +3,7 @@ package detect
 import (
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // megatronLayout: Megatron-LM (and Megatron-Core) checkpoints.
@@ -75,6 +76,16 @@ func (l *megatronLayout) Steps(t *Tree) []Candidate {
 		out = append(out, c)
 	}
 	return out
+}
+
+func (*megatronLayout) pointer() (string, func([]byte) (int64, bool)) {
+	return megatronTracker, func(b []byte) (int64, bool) {
+		m := megatronTracked.FindStringSubmatch(strings.TrimSpace(string(b)))
+		if m == nil {
+			return 0, false
+		}
+		return parseStep(m[1])
+	}
 }
 
 // observe records what the tracker names now and whether that is a change

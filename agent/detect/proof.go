@@ -216,5 +216,5 @@ func requireFresh(t *Tree, c *Candidate, markerPath string, covers func(File) bo
 	if why := staleMarker(t, c, markerPath, covers); why != "" {
 		c.Finished, c.Waiting, c.Stale = false, why, true
 	}
-	c.Step.Marker = markerPath
+	c.Step.Marker, c.Covers = markerPath, covers
 }

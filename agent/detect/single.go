@@ -66,9 +66,11 @@ func (singleLayout) Steps(t *Tree) []Candidate {
 	c := Candidate{Step: Step{Number: -1}, Finished: true, Proof: ProofClosed}
 	for _, e := range t.Children("") {
 		name := e.Name()
+		// An atomic writer's temporary file (checkpoint.pt.tmp, renamed
+		// over checkpoint.pt when whole) is not part of any version and
+		// holds none back: the file it replaces stays whole until the
+		// rename, and one left by a killed save must not stop the next.
 		switch {
-		case IsTempName(name) && IsCheckpointFile(stripTemp(name)):
-			c.Temps = append(c.Temps, e.Path) // an atomic writer's temporary file
 		case !IsCheckpointFile(name) || e.IsDir():
 		case e.Err != nil:
 			c.Errs = append(c.Errs, e.Err)
@@ -76,7 +78,7 @@ func (singleLayout) Steps(t *Tree) []Candidate {
 			addEntry(&c, &e)
 		}
 	}
-	if len(c.Step.Files) == 0 && len(c.Temps) == 0 {
+	if len(c.Step.Files) == 0 {
 		return nil
 	}
 	c.ID = versionID(&c)

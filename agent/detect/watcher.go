@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,13 @@ type Watcher struct {
 	// decls are the file sets markers declared, by candidate ID
 	// (declare.go).
 	decls map[string]*declaration
+	// pointed is when the layout's pointer file was last seen naming each
+	// step; watchedOnce is set after Run's first evaluation.
+	pointed     map[int64]time.Time
+	watchedOnce bool
+	// ready closes once Run's first look at the directory is done.
+	ready     chan struct{}
+	readyOnce sync.Once
 	// evals counts evaluations, so tests can see that an idle watcher
 	// does nothing.
 	evals atomic.Int64
@@ -67,8 +75,14 @@ func New(opts Options) (*Watcher, error) {
 		engine: e,
 		states: map[string]*stepState{},
 		decls:  map[string]*declaration{},
+		ready:  make(chan struct{}),
 	}, nil
 }
+
+// Ready returns a channel closed once Run has looked at the whole
+// directory for the first time (and before it sends what it found): files
+// written after that are seen being written.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
 // LayoutName returns the layout in use: the one auto chose once it has,
 // else the configured name.
@@ -208,6 +222,9 @@ func (l *loop) event(ev fsnotify.Event) {
 		return
 	}
 	l.dirty[rel] = struct{}{}
+	if !strings.Contains(rel, "/") {
+		l.w.notePointer() // cheap: one small read, root events only
+	}
 	if ev.Has(fsnotify.Create) {
 		l.created[rel] = true
 	}
@@ -271,6 +288,7 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 		return fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)
 	}
 	events, next := l.w.evaluate(now, touched)
+	l.w.readyOnce.Do(func() { close(l.w.ready) })
 	for _, ev := range events {
 		select {
 		case l.out <- ev:
