@@ -1,0 +1,262 @@
+package peer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+	"github.com/ferrylabs/ferry/manifest/remote"
+	"github.com/ferrylabs/ferry/restore"
+)
+
+// The peer port is a door to the cluster network: these tests knock on it
+// as someone without the job's key would.
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd here")
+	}
+	return len(ents)
+}
+
+func stepManifest(t *testing.T, st store.Store) *manifest.Manifest {
+	t.Helper()
+	m, err := remote.Get(t.Context(), st, "run", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// 500 plan requests to a seed leave its descriptors where they were: it
+// opens the folder it serves from once, not per request.
+func TestSeedPlansKeepDescriptorsFlat(t *testing.T) {
+	st, src := step(t, 3<<20, 1000)
+	m := stepManifest(t, st)
+	addr := freeAddrs(t, 1)[0]
+	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addr)}, func(_ context.Context, step int64) (string, []restore.HeldFile, error) {
+		var files []restore.HeldFile
+		for _, f := range m.Files {
+			files = append(files, restore.HeldFile{File: f, Path: f.Path})
+		}
+		return src, files, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	ask := func() {
+		if _, held := planKeys(t, addr, "/v1/plan?step=1&chunk=1048576&from=x&nonce="+newNonce()); len(held) != 2 {
+			t.Fatalf("the seed offers %d files, want 2", len(held))
+		}
+	}
+	ask() // the client's connection and the folder, once
+	before := openFDs(t)
+	for range 500 {
+		ask()
+	}
+	if after := openFDs(t); after > before+10 {
+		t.Fatalf("500 plan requests took the process from %d to %d descriptors", before, after)
+	}
+}
+
+// knock opens a connection to addr that sends one unsigned request, reads
+// the refusal and then stays idle (or, without request, sends nothing),
+// and returns when the server closed it, with how long after the last
+// byte that was.
+func knock(addr string, request bool, give time.Duration) (time.Duration, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(give))
+	r := bufio.NewReader(c)
+	if request {
+		if _, err := c.Write([]byte("GET /v1/plan HTTP/1.1\r\nHost: " + addr + "\r\n\r\n")); err != nil {
+			return 0, err
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			return 0, &net.AddrError{Err: "answered " + resp.Status, Addr: addr}
+		}
+	}
+	idle := time.Now()
+	_, err = r.ReadByte() // EOF once the server closes the connection
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return 0, err
+	}
+	return time.Since(idle), nil
+}
+
+// 300 connections to a restoring node's peer port, half of them idle
+// after a refused request, half never sending one, are all closed by the
+// server's limits, and the honest restore beside them finishes with every
+// byte right.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	st, src := step(t, 3<<20, 1000)
+	addrs := freeAddrs(t, 2)
+	limits := serverLimits{header: time.Second, idle: time.Second}
+	var wg sync.WaitGroup
+	var closed atomic.Int64
+	errs := make(chan error, 300)
+	for i := range 300 {
+		wg.Go(func() {
+			// The listener is open: connections wait in its backlog
+			// until the node serves.
+			if _, err := knock(addrs[0], i%2 == 0, 30*time.Second); err != nil {
+				errs <- err
+				return
+			}
+			closed.Add(1)
+		})
+	}
+	runs := restoreTogether(t, st, addrs, nil, Config{Wait: 5 * time.Second, Linger: time.Second, limits: limits})
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		sameTree(t, src, r.dir)
+		if r.stats.Joined != 1 {
+			t.Fatalf("node %d joined %d peers, want 1: %+v", i, r.stats.Joined, r.stats)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("an idle connection was not closed by the server: %v", err)
+	}
+	if closed.Load() != 300 {
+		t.Fatalf("%d of 300 idle connections closed", closed.Load())
+	}
+}
+
+// Connections beyond the cap wait in the backlog, unserved, until others
+// close: at most the cap are answered at once.
+func TestConnectionCap(t *testing.T) {
+	st, _ := step(t, 1000)
+	addr := freeAddrs(t, 1)[0]
+	n, err := Start(Config{Bucket: st, Key: testKey, Listener: listen(t, addr), Peers: []string{addr},
+		limits: serverLimits{conns: 16, header: 3 * time.Second, idle: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			// Refused at once if served: 401 within the half second.
+			if _, err := knock(addr, true, 500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "timeout") {
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := answered.Load(); got > 16 {
+		t.Fatalf("%d of 100 connections were served at once; the cap is 16", got)
+	}
+	if got := n.open.Load(); got > 16 {
+		t.Fatalf("%d connections open, cap 16", got)
+	}
+}
+
+// endlessPlan answers a plan request with JSON that never ends, counting
+// what it sent.
+func endlessPlan(sent *atomic.Int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(planHeader, "0")
+		chunk := []byte(strings.Repeat(`{"key":"run/data/x","size":1},`, 1000))
+		k, err := w.Write([]byte(`{"step":1,"chunk":1048576,"files":[`))
+		for sent.Add(int64(k)); err == nil; sent.Add(int64(k)) {
+			k, err = w.Write(chunk)
+		}
+	}
+}
+
+// A fake peer answering the plan request with an endless plan costs the
+// restoring node a bounded read and memory: it is left out, and the
+// restore finishes from the bucket. One answering a plausible plan
+// without the job's MAC over it (and the asker's nonce) is left out too.
+func TestFakePeerPlans(t *testing.T) {
+	st, src := step(t, 3<<20, 1000)
+	for _, tc := range []struct {
+		name string
+		plan func(sent *atomic.Int64) http.HandlerFunc
+	}{
+		{"endless", endlessPlan},
+		{"unsigned", func(*atomic.Int64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				p := stepPlan(t, st)
+				p.Held, p.Files = p.Files, nil // every range would be asked of it
+				_ = json.NewEncoder(w).Encode(p)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := freeAddrs(t, 2)
+			var sent atomic.Int64
+			ln := listen(t, addrs[1])
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/plan" {
+					tc.plan(&sent)(w, r)
+					return
+				}
+				wrongBytes(w, r)
+			})}
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Close()
+			var peak atomic.Uint64
+			done := make(chan struct{})
+			go func() {
+				var ms runtime.MemStats
+				for {
+					runtime.ReadMemStats(&ms)
+					if ms.HeapAlloc > peak.Load() {
+						peak.Store(ms.HeapAlloc)
+					}
+					select {
+					case <-done:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}()
+			runs := restoreTogether(t, st, addrs, map[int]bool{1: true}, Config{Wait: 3 * time.Second, Linger: time.Second})
+			close(done)
+			r := runs[0]
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			sameTree(t, src, r.dir)
+			if r.stats.Joined != 0 || r.stats.PeerBytes != 0 {
+				t.Fatalf("the fake peer joined: %+v", r.stats)
+			}
+			// What the kernel's socket buffers hold beyond the limit.
+			if got := sent.Load(); got > maxPlanBytes+32<<20 {
+				t.Fatalf("the fake peer sent %d MiB of plan; the limit is %d MiB", got>>20, maxPlanBytes>>20)
+			}
+			if got := peak.Load(); got > 256<<20 {
+				t.Fatalf("the heap reached %d MiB reading a fake plan", got>>20)
+			}
+		})
+	}
+}
