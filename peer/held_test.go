@@ -36,6 +36,7 @@ func TestSeedServesOnlyWhatIsBelowItsFolder(t *testing.T) {
 	}
 	write(filepath.Join(outside, "x.bin"), secret)
 	write(filepath.Join(outside, "swap.bin"), secret)
+	write(filepath.Join(outside, "y.bin"), secret)
 	write(filepath.Join(watch, "a", "ok.bin"), bytes.Repeat([]byte("o"), 100))
 	write(filepath.Join(watch, "b", "swap.bin"), bytes.Repeat([]byte("b"), 100))
 	write(filepath.Join(watch, "c", "replaced.bin"), bytes.Repeat([]byte("c"), 100))
@@ -49,7 +50,7 @@ func TestSeedServesOnlyWhatIsBelowItsFolder(t *testing.T) {
 	must(syscall.Mkfifo(filepath.Join(watch, "a", "fifo"), 0o644))
 	must(os.Symlink(outside, filepath.Join(watch, "link")))
 	must(os.Symlink(filepath.Join(outside, "x.bin"), filepath.Join(watch, "a", "last.bin")))
-	names := []string{"a/ok.bin", "a/hard.bin", "a/fifo", "link/x.bin", "a/last.bin", "b/swap.bin", "c/replaced.bin"}
+	names := []string{"a/ok.bin", "a/hard.bin", "a/fifo", "link/y.bin", "a/last.bin", "b/swap.bin", "c/replaced.bin"}
 	var files []restore.HeldFile
 	for i, name := range names {
 		files = append(files, restore.HeldFile{File: manifest.File{Path: name, Key: "run/data/k" + string(rune('0'+i)), Size: 100}, Path: filepath.FromSlash(name)})

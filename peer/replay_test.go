@@ -78,3 +78,25 @@ func TestReplayedRequestIsRefused(t *testing.T) {
 		t.Fatalf("a fresh request: %d", code)
 	}
 }
+
+// A nonce is remembered for at least two windows after it is first seen
+// (a request is accepted until its time is a window old, and it may
+// arrive a window early), and forgotten after four.
+func TestNoncesRemembered(t *testing.T) {
+	var c nonces
+	t0 := time.Unix(1_000_000, 0)
+	if !c.add("a", t0) || c.add("a", t0) {
+		t.Fatal("a new nonce, then the same again")
+	}
+	for _, d := range []time.Duration{time.Second, authWindow, 2*authWindow - time.Second, 2 * authWindow, 3 * authWindow} {
+		if c.add("a", t0.Add(d)) {
+			t.Fatalf("nonce forgotten %s after it was seen", d)
+		}
+	}
+	var fresh nonces
+	fresh.add("b", t0)
+	fresh.add("c", t0.Add(2*authWindow)) // rotates: b is in the old generation
+	if !fresh.add("b", t0.Add(5*authWindow)) {
+		t.Fatal("a nonce is remembered forever")
+	}
+}
