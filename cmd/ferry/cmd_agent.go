@@ -96,8 +96,10 @@ func newAgentCommand() *cli.Command {
 				noPack:        !c.Bool("pack"),
 			}
 			var err error
-			if o.peerToken, err = readPeerToken(c); err != nil {
-				return err
+			if o.servePeers != "" {
+				if o.peerToken, err = readPeerToken(c); err != nil {
+					return err
+				}
 			}
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
 				return err
