@@ -89,27 +89,35 @@ func TestCLIPeerListenDefault(t *testing.T) {
 	url, src := pushPeerStep(t, srv)
 	addrs := freePorts(t, 2)
 	out := filepath.Join(t.TempDir(), "ckpt")
-	cmd := ferryCmd(t, srv, "restore", "--from", url, "--to", out, "--peers", strings.Join(addrs, ","), "--peer-rank", "0", "--peer-wait", "5s")
+	cmd := ferryCmd(t, srv, "restore", "--from", url, "--to", out, "--peers", strings.Join(addrs, ","), "--peer-rank", "0", "--peer-wait", "8s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	// The other node never starts: this one waits --peer-wait for it,
 	// serving meanwhile.
 	_, port, _ := net.SplitHostPort(addrs[0])
-	served := false
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !served; time.Sleep(50 * time.Millisecond) {
+	served, running := false, true
+	for deadline := time.Now().Add(30 * time.Second); running && !served && time.Now().Before(deadline); {
 		if c, err := net.Dial("tcp", addrs[0]); err == nil {
 			c.Close()
 			served = true
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			running = false
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	other, otherErr := net.Dial("tcp", net.JoinHostPort("127.0.0.2", port))
 	if otherErr == nil {
 		other.Close()
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := <-exited; err != nil {
 		t.Fatalf("restore: %v\n%s", err, stderr.String())
 	}
 	if !served {
