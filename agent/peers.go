@@ -42,7 +42,7 @@ func (a *Agent) Holdings(ctx context.Context, step int64) (string, []restore.Hel
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size || fi.ModTime().UnixNano() != lf.ModTime {
 			continue
 		}
-		held = append(held, restore.HeldFile{File: f, Path: filepath.FromSlash(f.Path)})
+		held = append(held, restore.HeldFile{File: f, Path: filepath.FromSlash(f.Path), ModTime: lf.ModTime})
 	}
 	return a.opts.Detect.Dir, held, nil
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Resolve turns restore --peers into the peers' addresses, the same list
@@ -165,4 +166,59 @@ func SelfIndex(ctx context.Context, peers []string) (int, error) {
 		return -1, fmt.Errorf("this machine is none of the %d --peers: give --peer-rank", len(peers))
 	}
 	return found, nil
+}
+
+// isSelf reports whether a request for host (its Host: the address the
+// asker knows this node by, which the request's signature covers) is for
+// this node: a restoring node's own entry in the peers; for a seed, which
+// has none, an address of this machine on the port it serves.
+func (n *Node) isSelf(host string) bool {
+	n.mu.Lock()
+	seed := n.seed != nil
+	known, cached := n.localHosts[host]
+	n.mu.Unlock()
+	if !seed {
+		return host == n.self
+	}
+	if cached {
+		return known
+	}
+	h, port, err := net.SplitHostPort(host)
+	_, own, _ := net.SplitHostPort(n.ln.Addr().String())
+	ok := err == nil && port == own && isLocalHost(h)
+	n.mu.Lock()
+	if len(n.localHosts) < 1024 { // only requests signed with the key get here
+		n.localHosts[host] = ok
+	}
+	n.mu.Unlock()
+	return ok
+}
+
+// isLocalHost reports whether host names this machine: its host name, or
+// an address of one of its interfaces (loopback included), or a name that
+// resolves to one.
+func isLocalHost(host string) bool {
+	if hn, err := os.Hostname(); err == nil && (host == hn || host == strings.SplitN(hn, ".", 2)[0]) {
+		return true
+	}
+	if host == os.Getenv("SLURMD_NODENAME") && host != "" {
+		return true
+	}
+	local := map[string]bool{}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				local[ipn.IP.String()] = true
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, _ := net.DefaultResolver.LookupHost(ctx, host)
+	for _, ip := range ips {
+		if local[ip] {
+			return true
+		}
+	}
+	return false
 }

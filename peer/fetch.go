@@ -200,8 +200,8 @@ func (n *Node) Close() error {
 		_ = sp.close()
 	}
 	n.mu.Lock()
-	for _, r := range n.roots {
-		r.Close()
+	for _, d := range n.roots {
+		d.Close()
 	}
 	n.mu.Unlock()
 	return err

@@ -3,9 +3,11 @@ package peer
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -69,6 +71,8 @@ type Config struct {
 	TLS bool
 	// Logger receives what happens between peers. Nil logs nothing.
 	Logger *zap.Logger
+
+	limits serverLimits // the server's timeouts and connection cap (limits.go)
 }
 
 // Node is one node of a cooperative restore: it serves its peers and is
@@ -92,8 +96,9 @@ type Node struct {
 	assigned   chan struct{}       // closed once the ranges are assigned
 	servedKeys map[string]bool     // objects of which this node serves a range
 	held       map[string]heldFile // object key -> a file this node holds and serves
-	roots      []*os.Root          // the folders held files are opened through, closed by Close
+	roots      map[string]*os.File // the folders held files are opened beneath, by path, closed by Close
 	seed       Holdings            // set for a seed (Seed): what it holds of a step
+	localHosts map[string]bool     // a seed's answers to "is this host this machine?"
 	doneFrom   map[string]bool
 	planRead   map[string]bool   // peers that have read this node's plan
 	pinned     map[string]string // peer address -> the certificate fingerprint it proved (TLS)
@@ -106,7 +111,9 @@ type Node struct {
 	servedBy   map[string]map[string]bool // object key -> peers that sent bytes of it
 	distrusted map[string]bool
 
-	stats counters
+	stats  counters
+	open   atomic.Int64 // peer connections open now
+	nonces nonces       // of the requests accepted lately (auth.go)
 }
 
 type counters struct {
@@ -153,14 +160,19 @@ func Start(cfg Config) (*Node, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
 		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, seeds: map[string]bool{}, inView: map[string]bool{}, assigned: make(chan struct{}), dropped: map[string]string{},
-		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}}
+		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}, roots: map[string]*os.File{}, localHosts: map[string]bool{}}
 	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   64,
-		ResponseHeaderTimeout: cfg.Wait + 2*time.Second,
-		IdleConnTimeout:       90 * time.Second,
+		DialContext:            (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:    maxConnsPerPeer,
+		MaxConnsPerHost:        maxConnsPerPeer,
+		ResponseHeaderTimeout:  cfg.Wait + 2*time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+		// Under the server's idle limit: a connection is not reused just
+		// as the peer closes it.
+		IdleConnTimeout: cfg.limits.idle * 2 / 3,
 	}
-	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	n.ln = limitListener(n.ln, cfg.limits)
+	n.srv = newServer(n.handler(), cfg.limits, cfg.Wait, &n.open)
 	if cfg.TLS {
 		if err := n.useTLS(tr); err != nil {
 			ln.Close()
@@ -186,6 +198,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	c.limits = c.limits.withDefaults()
 	return c
 }
 
@@ -250,31 +263,24 @@ func (n *Node) publish(req restore.PeerRequest) error {
 		p.Files = append(p.Files, object{Key: f.Key, Size: f.Size})
 		sizes[f.Key] = f.Size
 	}
-	var root *os.Root
-	held := map[string]heldFile{}
+	var held map[string]heldFile
 	if len(req.Held) > 0 {
-		var err error
-		if root, err = os.OpenRoot(req.Dir); err != nil {
+		d, err := n.dir(req.Dir)
+		if err != nil {
 			return fmt.Errorf("peer: open %s to serve the files it holds: %w", req.Dir, err)
 		}
-		p.Held = addHeld(held, root, req.Held)
+		held, p.Held = n.heldFiles(d, req.Held, false)
 		for _, h := range p.Held {
 			sizes[h.Key] = h.Size
 		}
 	}
 	sp, err := newSpool(cmp.Or(n.cfg.SpoolDir, req.Dir))
 	if err != nil {
-		if root != nil {
-			root.Close()
-		}
 		return err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.plan, n.spool, n.sizes, n.held = p, sp, sizes, held
-	if root != nil {
-		n.roots = append(n.roots, root)
-	}
 	n.joinedAt = time.Now()
 	return nil
 }
@@ -323,18 +329,11 @@ func (n *Node) peerPlan(ctx context.Context, addr string, own *plan) (*plan, err
 		nonce := newNonce()
 		q := url.Values{"from": {n.self}, "nonce": {nonce}, "step": {strconv.FormatInt(own.Step, 10)}, "chunk": {strconv.FormatInt(own.Chunk, 10)}}
 		resp, err := n.do(ctx, http.MethodGet, addr, "/v1/plan", q)
-		if err == nil && resp.StatusCode == http.StatusOK && n.cfg.TLS {
-			if err = n.checkCert(addr, nonce, resp); err != nil {
-				resp.Body.Close()
-				return nil, err // not a node of this job: no point asking again
-			}
-		}
 		if err == nil {
 			if resp.StatusCode == http.StatusOK {
-				var p plan
-				err = json.NewDecoder(resp.Body).Decode(&p)
+				p, err := n.readPlan(addr, nonce, resp)
 				resp.Body.Close()
-				return &p, err
+				return p, err // a wrong answer is not a node of this job: no point asking again
 			}
 			resp.Body.Close()
 			err = fmt.Errorf("answered %s", resp.Status)
@@ -346,6 +345,32 @@ func (n *Node) peerPlan(ctx context.Context, addr string, own *plan) (*plan, err
 		}
 		delay = min(2*delay, 200*time.Millisecond)
 	}
+}
+
+// readPlan reads a plan answer from addr to the request with nonce: at
+// most maxPlanBytes, with the job's MAC over it (and, over TLS, the proof
+// of the certificate).
+func (n *Node) readPlan(addr, nonce string, resp *http.Response) (*plan, error) {
+	if n.cfg.TLS {
+		if err := n.checkCert(addr, nonce, resp); err != nil {
+			return nil, err
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPlanBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read its plan: %w", err)
+	}
+	if len(body) > maxPlanBytes {
+		return nil, fmt.Errorf("its plan answer is over %d MiB: not a node of this job", maxPlanBytes>>20)
+	}
+	if !hmac.Equal([]byte(resp.Header.Get(planHeader)), []byte(planMAC(n.cfg.Key, nonce, addr, body))) {
+		return nil, errors.New("its plan answer is not signed with the job's peer key")
+	}
+	var p plan
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("its plan: %w", err)
+	}
+	return &p, nil
 }
 
 // do sends a signed request to a peer.

@@ -348,7 +348,9 @@ func fakePeer(t *testing.T, addr string, p *plan, serve func(w http.ResponseWrit
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/plan":
-			_ = json.NewEncoder(w).Encode(p)
+			body, _ := json.Marshal(p)
+			w.Header().Set(planHeader, planMAC(testKey, r.URL.Query().Get("nonce"), r.Host, body))
+			_, _ = w.Write(body)
 		case "/v1/range":
 			serve(w, r)
 		}

@@ -22,11 +22,12 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("GET /v1/range", n.serveRange)
 	mux.HandleFunc("POST /v1/done", n.serveDone)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := verify(r, n.cfg.Key, time.Now()); err != nil {
+		if err := verify(r, n.cfg.Key, time.Now(), n.isSelf, &n.nonces); err != nil {
 			n.log.Debug("refused a peer request", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path), zap.Error(err))
-			http.Error(w, err.Error(), http.StatusUnauthorized)
+			http.Error(w, errUnauthorized.Error(), http.StatusUnauthorized)
 			return
 		}
+		clearReadDeadline(w)
 		mux.ServeHTTP(w, r)
 	})
 }
@@ -56,12 +57,20 @@ func (n *Node) servePlan(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not restoring yet", http.StatusServiceUnavailable)
 		return
 	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	nonce := r.URL.Query().Get("nonce")
 	if n.cfg.TLS {
 		w.Header().Set(certHeader, n.certFP)
-		w.Header().Set(proofHeader, certProof(n.cfg.Key, n.certFP, r.URL.Query().Get("nonce")))
+		w.Header().Set(proofHeader, certProof(n.cfg.Key, n.certFP, nonce))
 	}
+	w.Header().Set(planHeader, planMAC(n.cfg.Key, nonce, r.Host, body))
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(p)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
 }
 
 // serveRange sends bytes of a range this node holds: key, range index i,
@@ -105,7 +114,7 @@ func (n *Node) serveRange(w http.ResponseWriter, r *http.Request) {
 	have := max(min(want, h.n-skip), 0)
 	w.Header().Set("Content-Length", strconv.FormatInt(have, 10))
 	w.Header().Set("Content-Type", "application/octet-stream")
-	sent, _ := io.Copy(w, sp.section(h, skip, have))
+	sent, _ := io.Copy(newStallWriter(w, n.cfg.limits.stall), sp.section(h, skip, have))
 	n.stats.served.Add(sent)
 }
 
@@ -122,8 +131,10 @@ func (n *Node) serveDone(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveHeld serves a range of a file this node holds, from the restore's
-// target directory (through an os.Root: no path outside it, no link out of
-// it), if key is one; it reports whether it answered. The asker verifies
+// target directory or the agent's watched one (opened beneath it, no link
+// followed), if key is one and the file is still the one planned (same
+// device, inode, size and modification time); it reports whether it
+// answered. The asker verifies
 // the bytes like any others.
 func (n *Node) serveHeld(ctx context.Context, w http.ResponseWriter, key string, off, want int64) bool {
 	n.mu.Lock()
@@ -132,17 +143,18 @@ func (n *Node) serveHeld(ctx context.Context, w http.ResponseWriter, key string,
 	if !ok {
 		return false
 	}
-	size := h.size
-	f, err := h.root.Open(h.rel)
+	f, err := openBeneath(h.dir, h.rel)
 	if err != nil {
 		http.Error(w, errNotHeld.Error(), http.StatusNotFound)
 		return true
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+	if id, _, err := identify(f); err != nil || id != h.id {
+		n.log.Debug("a held file changed since it was planned: not serving it", zap.String("path", h.rel), zap.Error(err))
 		http.Error(w, errNotHeld.Error(), http.StatusNotFound)
 		return true
 	}
+	size := h.id.size
 	have := max(min(want, size-off), 0)
 	w.Header().Set("Content-Length", strconv.FormatInt(have, 10))
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -150,7 +162,7 @@ func (n *Node) serveHeld(ctx context.Context, w http.ResponseWriter, key string,
 	if n.cfg.Limiter != nil {
 		body = &ratelimit.Body{R: body, L: n.cfg.Limiter, Ctx: ctx}
 	}
-	sent, _ := io.Copy(w, body)
+	sent, _ := io.Copy(newStallWriter(w, n.cfg.limits.stall), body)
 	n.stats.served.Add(sent)
 	return true
 }

@@ -180,6 +180,9 @@ type HeldFile struct {
 	File manifest.File
 	// Path is where it is, relative to the target directory.
 	Path string
+	// ModTime, when not 0, is the modification time (Unix nanoseconds)
+	// the file must still have to be served: the agent's, as committed.
+	ModTime int64
 }
 
 // Result describes a finished restore.

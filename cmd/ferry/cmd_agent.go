@@ -92,11 +92,15 @@ func newAgentCommand() *cli.Command {
 				pipeline:      c.Bool("pipeline"),
 				whenBehind:    c.String("when-behind"),
 				servePeers:    c.String("serve-peers"),
-				peerToken:     c.String("peer-token"),
 				peerTLS:       c.Bool("peer-tls"),
 				noPack:        !c.Bool("pack"),
 			}
 			var err error
+			if o.servePeers != "" {
+				if o.peerToken, err = readPeerToken(c); err != nil {
+					return err
+				}
+			}
 			if o.node, err = readNodes(c, os.Getenv); err != nil {
 				return err
 			}

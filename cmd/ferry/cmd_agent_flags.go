@@ -9,7 +9,7 @@ import (
 
 // agentFlags are `ferry agent`'s flags, each with its FERRY_* variable.
 func agentFlags() []cli.Flag {
-	return append([]cli.Flag{
+	flags := []cli.Flag{
 		&cli.StringFlag{Name: "config", EnvVars: []string{"FERRY_CONFIG"}, Usage: "`FILE` of FERRY_NAME=value lines"},
 		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to"},
 		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder"},
@@ -20,7 +20,9 @@ func agentFlags() []cli.Flag {
 		packFlag(),
 		&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the upload rate (and what --serve-peers sends), e.g. 800MiB/s (default: unlimited)"},
 		&cli.StringFlag{Name: "serve-peers", EnvVars: []string{"FERRY_SERVE_PEERS"}, Usage: "serve the committed steps still on disk, unchanged, to nodes restoring them with --peers, on `ADDRESS` (e.g. :7077; default: off)"},
-		&cli.StringFlag{Name: "peer-token", EnvVars: []string{"FERRY_PEER_TOKEN"}, Usage: "with --serve-peers: the secret the job's nodes share (default: derived from the store credentials)"},
+	}
+	flags = append(flags, peerTokenFlags("with --serve-peers")...)
+	flags = append(flags, []cli.Flag{
 		&cli.BoolFlag{Name: "peer-tls", EnvVars: []string{"FERRY_PEER_TLS"}, Usage: "with --serve-peers: serve over TLS, as restore --peer-tls"},
 		&cli.IntFlag{Name: "keep-local", EnvVars: []string{"FERRY_KEEP_LOCAL"}, Usage: "after a commit, delete local files of committed steps beyond the `N` newest (0: never delete)"},
 		&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics and /healthz `ADDR` (\"off\" disables)"},
@@ -42,5 +44,6 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "priority", Value: "low", EnvVars: []string{"FERRY_PRIORITY"},
 			Usage: "CPU and I/O priority: low (SCHED_IDLE, or nice 19; I/O best-effort 7) yields to the trainer, normal keeps the caller's"},
 		&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
-	}, append(nodeFlags(), commonFlags()...)...)
+	}...)
+	return append(flags, append(nodeFlags(), commonFlags()...)...)
 }
