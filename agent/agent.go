@@ -155,6 +155,8 @@ type entry struct {
 	// revise: this agent committed the step before with other files; the
 	// upload publishes the files on disk now as its next revision.
 	revise bool
+	// early is what the pipeline sent of the step while it was written.
+	early int64
 }
 
 // lastWrite is when the trainer last wrote the step: its newest file's

@@ -167,13 +167,19 @@ func (a *Agent) completeLocked(e *entry, s detect.Step, n int64) {
 		}
 	}
 	_, revise := a.journal.get(n)
-	a.steps[n] = &entry{
+	ne := &entry{
 		step:     s,
 		complete: time.Now(),
 		revise:   revise,
 		status: control.StepStatus{Step: n, State: control.StatePending, Files: len(s.Files) + len(s.Generated),
 			Bytes: s.TotalBytes(), Detected: time.Now().UTC()},
 	}
+	ne.status.LastWrite = ne.lastWrite().UTC()
+	if !revise {
+		ne.early = a.traffic.takeEarly(n)
+		ne.status.BytesSent = ne.early
+	}
+	a.steps[n] = ne
 	if revise {
 		a.log.Warn("checkpoint changed on disk after it was committed; uploading it as the step's next revision",
 			zap.Int64("step", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))

@@ -87,6 +87,24 @@ func (p *pipeline) vanished(n int64) {
 	p.signal()
 }
 
+// supersededBy drops every step older than n still being written once n
+// is committed: a save that stopped halfway (killed, abandoned) will not
+// complete under a newer commit, and its early multipart uploads are
+// aborted now rather than left in the bucket until prune's abandoned
+// window. A step that does complete later is pushed whole.
+func (p *pipeline) supersededBy(n int64) {
+	p.mu.Lock()
+	for k := range p.growing {
+		if k < n && p.active[k] == nil {
+			delete(p.growing, k)
+			delete(p.fresh, k)
+			p.gone = append(p.gone, k)
+		}
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
 func (p *pipeline) signal() {
 	select {
 	case p.wake <- struct{}{}:
@@ -209,7 +227,12 @@ func (p *pipeline) send(ctx context.Context, s detect.Step, r *earlyRun) {
 		close(r.done)
 		p.signal()
 	}()
-	opts := uploader.PushOptions{Upload: p.cfg.upload, Progress: p.cfg.progress}
+	progress := p.cfg.progress
+	if ep, ok := progress.(earlyProgress); ok {
+		ep.step = s.Number // counted in the step's SENT
+		progress = ep
+	}
+	opts := uploader.PushOptions{Upload: p.cfg.upload, Progress: progress}
 	es, err := p.cfg.dest.SendEarly(ctx, s, opts, r.stop.Load)
 	if es.Parts > 0 {
 		p.cfg.log.Debug("sent parts of a step still being written", zap.Int64("step", s.Number), zap.Int64("parts", es.Parts), zap.Int64("bytes", es.Bytes))

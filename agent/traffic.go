@@ -17,6 +17,18 @@ type traffic struct {
 	sentEarly atomic.Int64 // of sent, the bytes the pipeline sent
 	rate      rateMeter
 	metrics   *control.Metrics
+
+	mu      sync.Mutex
+	byEarly map[int64]int64 // bytes sent early, by step, until it is complete
+}
+
+// takeEarly returns and forgets the bytes sent early of step n.
+func (t *traffic) takeEarly(n int64) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.byEarly[n]
+	delete(t.byEarly, n)
+	return b
 }
 
 // add counts bytes the server acknowledged, pushed or sent early.
@@ -30,13 +42,20 @@ func (t *traffic) add(b int64) {
 // count as sent early.
 type earlyProgress struct {
 	uploader.NoProgress
-	t *traffic
+	t    *traffic
+	step int64
 }
 
 // Sent implements uploader.Progress.
 func (p earlyProgress) Sent(b int64) {
 	p.t.sentEarly.Add(b)
 	p.t.add(b)
+	p.t.mu.Lock()
+	if p.t.byEarly == nil {
+		p.t.byEarly = map[int64]int64{}
+	}
+	p.t.byEarly[p.step] += b
+	p.t.mu.Unlock()
 }
 
 // pushProgress is the worker's uploader.Progress for one push: the bytes

@@ -149,7 +149,7 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	e.status.State = control.StateUploading
 	e.status.Attempts++
 	e.status.Error = ""
-	e.status.BytesSent = 0
+	e.status.BytesSent = e.early
 	step := e.step
 	a.changedLocked()
 	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
@@ -308,6 +308,9 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	}
 	ttd := now.Sub(e.lastWrite())
 	a.opts.Metrics.Committed(n, ttd)
+	if a.pipe != nil && !res.Pending {
+		a.pipe.supersededBy(n)
+	}
 	verb := "committed step"
 	switch {
 	case res.Pending:

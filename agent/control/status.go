@@ -40,9 +40,14 @@ type StepStatus struct {
 	State     StepState `json:"state"`
 	Files     int       `json:"files"`
 	Bytes     int64     `json:"bytes"`
-	BytesSent int64     `json:"bytes_sent"`
+	// BytesSent counts the step's bytes the server acknowledged, those
+	// sent early while it was written (--pipeline) included.
+	BytesSent int64 `json:"bytes_sent"`
 	// Detected is when the step was found complete on disk.
 	Detected time.Time `json:"detected"`
+	// LastWrite is when the trainer last wrote the step (its newest
+	// file's modification time): what time to durable counts from.
+	LastWrite time.Time `json:"last_write,omitempty"`
 	// Committed is when its manifest was written (zero until then).
 	Committed time.Time `json:"committed,omitempty"`
 	Attempts  int       `json:"attempts,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
@@ -56,8 +57,11 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 		return nil
 	}
 	var committed, abandoned int
+	var lost []string
 	for _, s := range st.Steps {
 		switch s.State {
+		case control.StateLost:
+			lost = append(lost, fmt.Sprint(s.Step))
 		case control.StateCommitted, control.StateNodeDone:
 			// node-done: this node's share is durable; the step commits
 			// when the other nodes' shares are.
@@ -68,6 +72,11 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 	}
 	// Which agent answered, so a job script's log shows it was its own.
 	who := ": " + st.Watch + " -> " + st.Destination
+	if len(lost) > 0 {
+		// Not a failure of the run's durability (what is on disk is
+		// committed), but never silent: these were complete and are gone.
+		defer fmt.Fprintf(stdout, "lost: step %s complete on disk but deleted before it could be uploaded (see the agent's log)\n", strings.Join(lost, ", "))
+	}
 	switch {
 	case committed == 0 && abandoned == 0:
 		fmt.Fprintln(stdout, "nothing to flush: the agent has seen no complete step yet"+who)

@@ -73,6 +73,9 @@ func printStatus(w io.Writer, st control.Status, now time.Time) error {
 	if st.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", oneLine(st.LastError))
 	}
+	if st.Unrecognized != "" {
+		fmt.Fprintf(w, "warning: %s\n", st.Unrecognized)
+	}
 	if len(st.Steps) == 0 && len(st.Settling) == 0 {
 		fmt.Fprintln(w, "no complete step seen yet")
 		return nil
@@ -97,8 +100,12 @@ func printStepRow(tw io.Writer, s control.StepStatus) {
 	committed := "-"
 	if !s.Committed.IsZero() {
 		// How long the step took to become durable says more than a
-		// second timestamp.
-		committed = "+" + s.Committed.Sub(s.Detected).Round(time.Second).String()
+		// second timestamp; counted from the trainer's last write.
+		from := s.LastWrite
+		if from.IsZero() {
+			from = s.Detected
+		}
+		committed = "+" + s.Committed.Sub(from).Round(100*time.Millisecond).String()
 	}
 	errText := oneLine(s.Error)
 	if errText != "" && s.Attempts > 1 {

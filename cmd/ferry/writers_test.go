@@ -55,6 +55,13 @@ type writerCase struct {
 	firstCommitFinal bool
 	// never: the step must not be committed; the agent's log says why.
 	never string
+	// kept: the committed step must still hold the files as the trainer
+	// had them when save called w.keep (a later save tore or shrank them),
+	// and the agent's log says kept.
+	kept string
+	// absent: steps that must never be committed (a temporary folder's
+	// digits, a number misread from a name).
+	absent []int64
 }
 
 // trainer writes a case's files with deterministic contents.
@@ -64,7 +71,13 @@ type trainer struct {
 	version map[string]int
 	st      store.Store
 	prefix  string
+	// kept is what keep recorded: path -> BLAKE3.
+	kept map[string]string
 }
+
+// keep records the files as they are now: the version the bucket must
+// keep whatever the rest of the save does.
+func (w *trainer) keep(files ...string) { w.kept = finalHashes(w.t, w, files) }
 
 func (w *trainer) abs(rel string) string { return filepath.Join(w.dir, filepath.FromSlash(rel)) }
 
@@ -351,6 +364,7 @@ func writerCases() []writerCase {
 			step: 100, never: "is a symbolic link",
 		},
 	}
+	cases = append(cases, habitCases()...)
 	return append(cases, fullWriterCases(flat)...)
 }
 
@@ -501,6 +515,18 @@ func runWriterCase(t *testing.T, srv *s3test.Server, c writerCase) {
 	// The agent watches before the save starts: its log says so.
 	waitFor(t, "the agent to start watching", 30*time.Second, func() bool { return strings.Contains(agent.logs.String(), "agent started") })
 	c.save(w)
+	if c.kept != "" {
+		time.Sleep(8 * time.Second) // past a settle window and its warning
+		m := committedManifest(w, c.step)
+		if m == nil || !holds(m, w.kept, c.generated) {
+			t.Fatalf("step %d in the bucket %v, want the kept version %v", c.step, m, w.kept)
+		}
+		if !strings.Contains(agent.logs.String(), c.kept) {
+			t.Fatalf("the agent's log does not say %q", c.kept)
+		}
+		stopAgent(t, agent)
+		return
+	}
 	if c.never != "" {
 		time.Sleep(8 * time.Second) // past a settle window and its warning
 		if _, err := remote.Get(context.Background(), w.st, w.prefix, c.step); err == nil {
@@ -518,6 +544,11 @@ func runWriterCase(t *testing.T, srv *s3test.Server, c writerCase) {
 		m = committedManifest(w, c.step)
 		return m != nil && holds(m, want, c.generated)
 	})
+	for _, n := range c.absent {
+		if _, err := remote.Get(context.Background(), w.st, w.prefix, n); err == nil {
+			t.Errorf("step %d was committed", n)
+		}
+	}
 	if c.firstCommitFinal && m.Revision != 0 {
 		t.Errorf("the final files are revision %d: an earlier, torn version was committed first", m.Revision)
 	}
@@ -619,5 +650,85 @@ func compareRestore(t *testing.T, w *trainer, step int64, files, generated []str
 		if !bytes.Equal(a, b) {
 			t.Errorf("%s: restored bytes differ from the trainer's final file", f)
 		}
+	}
+}
+
+// habitCases are trainers' habits around their saves (issue 37): re-saves
+// killed halfway, cleanup of older steps, temporary folders, quick
+// deletion, single-file trainers, names.
+func habitCases() []writerCase {
+	dcpStep := func(w *trainer, dir string, size int) {
+		w.file(dir+"/__0_0.distcp", size)
+		w.file(dir+"/__1_0.distcp", size)
+		w.text(dir+"/.metadata.tmp", "metadata "+dir)
+		w.rename(dir+"/.metadata.tmp", dir+"/.metadata")
+	}
+	return []writerCase{
+		{
+			name: "dcp/rolled back and saved again, killed halfway: the committed step is kept",
+			save: func(w *trainer) {
+				dcpStep(w, "step-200", 128*kib)
+				w.committedStep(200)
+				w.keep("step-200/__0_0.distcp", "step-200/__1_0.distcp", "step-200/.metadata")
+				w.file("step-200/__0_0.distcp", 160*kib)
+				w.write("step-200/__1_0.distcp", 160*kib, 2, 200*time.Millisecond) // killed: no new .metadata
+			},
+			step: 200, kept: ".metadata is older than",
+		},
+		{
+			name: "hf/cleanup deletes the optimizer states of a committed step: the bucket keeps them",
+			save: func(w *trainer) {
+				w.file("checkpoint-100/model.safetensors", 64*kib)
+				w.file("checkpoint-100/optimizer.pt", 128*kib)
+				w.text("checkpoint-100/trainer_state.json", `{"global_step": 100}`)
+				w.committedStep(100)
+				w.keep("checkpoint-100/model.safetensors", "checkpoint-100/optimizer.pt", "checkpoint-100/trainer_state.json")
+				w.removeAll("checkpoint-100/optimizer.pt")
+			},
+			step: 100, kept: "the bucket keeps the committed version",
+		},
+		{
+			name: "dcp/written in tmp-<pid> and renamed to step-300: never a step 4242",
+			save: func(w *trainer) {
+				dcpStep(w, "tmp-4242", 96*kib)
+				time.Sleep(time.Second)
+				w.rename("tmp-4242", "step-300")
+			},
+			step: 300, files: []string{"step-300/__0_0.distcp", "step-300/__1_0.distcp", "step-300/.metadata"}, firstCommitFinal: true,
+			absent: []int64{4242},
+		},
+		{
+			name: "dcp/NeMo folder names: the step is step=N, not consumed_samples",
+			save: func(w *trainer) {
+				dcpStep(w, "gpt--val_loss=2.35-step=150-consumed_samples=4800.0", 64*kib)
+			},
+			step: 150, files: []string{"gpt--val_loss=2.35-step=150-consumed_samples=4800.0/__0_0.distcp",
+				"gpt--val_loss=2.35-step=150-consumed_samples=4800.0/__1_0.distcp",
+				"gpt--val_loss=2.35-step=150-consumed_samples=4800.0/.metadata"}, firstCommitFinal: true,
+			absent: []int64{0, 4800},
+		},
+		{
+			name: "hf/a complete step deleted within its settle window: lost, and the agent says so",
+			save: func(w *trainer) {
+				w.file("checkpoint-100/model.safetensors", 64*kib)
+				w.text("checkpoint-100/trainer_state.json", `{"global_step": 100}`)
+				time.Sleep(time.Second)
+				w.removeAll("checkpoint-100")
+			},
+			step: 100, never: "complete checkpoint deleted before it could be uploaded",
+		},
+		{
+			name: "single/checkpoint.pth.tar rewritten every 3s: the latest version is durable while it trains",
+			save: func(w *trainer) {
+				for epoch := range 3 {
+					w.file("checkpoint.pth.tar", (64+epoch)*kib)
+					if epoch == 1 {
+						w.file("model_best.pth.tar", 32*kib)
+					}
+					time.Sleep(3 * time.Second)
+				}
+			},
+			step: -1, files: []string{"checkpoint.pth.tar", "model_best.pth.tar"},
+		},
 	}
 }
