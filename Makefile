@@ -41,9 +41,26 @@ test-r2: tools
 ## test-writers: the writer-pattern suite in full (cmd/ferry
 ## TestWriterPatterns): every trainer save order of every layout against
 ## `ferry agent` at its defaults, each restored and compared byte for byte
-## with the trainer's final files; `make test` runs its fast rows
+## with the trainer's final files; then 200 schedules of the save-schedule
+## fuzzer (agent TestSaveScheduleFuzz). `make test` runs the fast rows and
+## 10 schedules.
+FUZZ_SEEDS ?= 200
 test-writers: tools
 	FERRY_WRITER_SUITE=full FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^TestWriterPatterns$$' ./cmd/ferry/
+	FERRY_FUZZ_SEEDS=$(FUZZ_SEEDS) FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^TestSaveScheduleFuzz$$' ./agent/
+
+## fuzz-agent: the save-schedule fuzzer alone, SEEDS schedules from seed
+## FIRST (default 1), PARALLEL at once: seeded trainer behaviour (ranks,
+## markers, kills mid-save, re-saves, cleanup, quick deletion, temporary
+## folders, rewrites in place) against the agent at its defaults on
+## versitygw, checked against every state the trainer completed
+SEEDS    ?= 1000
+FIRST    ?= 1
+PARALLEL ?= 6
+.PHONY: fuzz-agent
+fuzz-agent: tools
+	FERRY_FUZZ_SEEDS=$(SEEDS) FERRY_FUZZ_FIRST=$(FIRST) FERRY_FUZZ_PARALLEL=$(PARALLEL) FERRY_VERSITYGW=$(VERSITYGW) \
+		$(GO) test -count=1 -timeout 6h -run '^TestSaveScheduleFuzz$$' ./agent/
 
 ## unit: only the tests that need no S3 server
 unit:
