@@ -331,3 +331,31 @@ func TestPushReportsDurableBytes(t *testing.T) {
 		}
 	}
 }
+
+// A file replaced between the moment its step was found complete and the
+// upload (a copy killed halfway over it, a re-save begun) is refused, not
+// uploaded as it is now: the step's evidence vouched for the bytes it saw.
+// Both a packed small file and a file sent whole.
+func TestPushRefusesFileNotAsFound(t *testing.T) {
+	for _, size := range []int64{64 << 10, 3 * testPart} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "model_best.pth.tar")
+		writeRandom(t, path, size, 1)
+		writeRandom(t, filepath.Join(dir, "checkpoint.pth.tar"), 1<<10, 2)
+		s, _, err := detect.Gather([]string{dir}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Number = 7
+		writeRandom(t, path, size/2, 3) // replaced after it was found
+		mem := store.NewMemStore()
+		d := Destination{Store: mem, Location: "s3://bucket/run", Prefix: "run"}
+		_, err = d.Push(context.Background(), s, PushOptions{Upload: Options{PartSize: testPart, Concurrency: 4}})
+		if !errors.Is(err, ErrFileChanged) {
+			t.Fatalf("size %d: got %v, want ErrFileChanged", size, err)
+		}
+		if _, err := remote.Get(context.Background(), mem, "run", 7); !errors.Is(err, remote.ErrNoCheckpoint) {
+			t.Fatalf("size %d: a manifest was committed: %v", size, err)
+		}
+	}
+}
