@@ -36,10 +36,10 @@ const (
 
 // StepStatus describes one step the agent has seen.
 type StepStatus struct {
-	Step      int64     `json:"step"`
-	State     StepState `json:"state"`
-	Files     int       `json:"files"`
-	Bytes     int64     `json:"bytes"`
+	Step  int64     `json:"step"`
+	State StepState `json:"state"`
+	Files int       `json:"files"`
+	Bytes int64     `json:"bytes"`
 	// BytesSent counts the step's bytes the server acknowledged, those
 	// sent early while it was written (--pipeline) included.
 	BytesSent int64 `json:"bytes_sent"`
