@@ -11,7 +11,15 @@
 // (Candidate.Ranks) and what its evidence proves ([Proof]). A step is
 // reported [Complete] only when all of these hold:
 //
-//   - the layout's marker says it is finished (unless [Options.NoMarker]);
+//   - the layout's marker says it is finished (unless [Options.NoMarker]),
+//     and the marker is at least as new as every file it covers: a marker
+//     older than the bytes (a step saved again after a rollback and killed
+//     halfway) proves nothing, and the step waits (proof.go);
+//   - no file is cut short by its own format (a torch.save zip without its
+//     end record, a safetensors file shorter than its header: selfcheck.go);
+//   - no file the marker declared has gone while the marker is unchanged,
+//     and a pointer that names a later step was seen naming this one after
+//     its files' last write when ferry saw it being written (declare.go);
 //   - nothing holds it back: a DeepSpeed rank with model states but no
 //     optimizer states yet, a Composer rank whose latest link names an
 //     earlier batch, a step folder that is a symbolic link;
@@ -46,6 +54,11 @@
 // (ranks the names do not carry, a stale pointer, a marker that never comes
 // on this node, a linked step folder) is logged at warn once, with the
 // reason, and shown by [Watcher.Pending].
+//
+// A step complete by these rules that vanishes before it is reported (a
+// cleanup deleting it within its settle window) is reported [Lost]. The
+// single layout (single.go) makes each version of a folder of whole
+// checkpoint files a counted step of its own.
 //
 // A step reported Complete whose files change afterwards is reported
 // Deleted (with [ErrChanged]) and, once complete again, Complete again:
