@@ -135,6 +135,9 @@ type Agent struct {
 	// watcher's ID of each counted step to the number it was given.
 	counter int64
 	counted map[string]int64
+	// byTrainer holds the steps the trainer declared complete (Commit)
+	// until they are durable.
+	byTrainer map[int64]*trainerCommit
 
 	wake     chan struct{}
 	draining atomic.Bool
@@ -214,15 +217,16 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		opts:     opts,
-		log:      opts.Logger,
-		journal:  j,
-		steps:    map[int64]*entry{},
-		changed:  make(chan struct{}),
-		watching: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		remote:   map[int64]bool{},
-		counted:  map[string]int64{},
+		opts:      opts,
+		log:       opts.Logger,
+		journal:   j,
+		steps:     map[int64]*entry{},
+		changed:   make(chan struct{}),
+		watching:  make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		remote:    map[int64]bool{},
+		counted:   map[string]int64{},
+		byTrainer: map[int64]*trainerCommit{},
 	}
 	a.traffic.metrics = opts.Metrics
 	a.counter = a.lastCommitted() + 1

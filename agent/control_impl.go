@@ -144,3 +144,5 @@ func stuckSteps(stuck []detect.Pending) []int64 {
 	}
 	return out
 }
+
+var _ control.Committer = (*Agent)(nil)

@@ -17,6 +17,13 @@ import (
 // event does to the queue and to the pipeline.
 func (a *Agent) handle(ev detect.Event) {
 	a.mu.Lock()
+	if ev.Kind == detect.Complete && !ev.Step.Counted && a.byTrainer[ev.Step.Number] != nil {
+		if err := a.declaredDoneLocked(&ev.Step); err != errNotDone {
+			a.resolveLocked(ev.Step.Number, err)
+			a.mu.Unlock()
+			return
+		}
+	}
 	if ev.Kind == detect.Complete {
 		if done, why, warn := a.alreadyDoneLocked(&ev.Step); done {
 			a.mu.Unlock()
@@ -301,4 +308,23 @@ func revisionLoses(committed, now []localFile, marker string) (why string, warn 
 		return fmt.Sprintf("not revising: since the commit %d files were deleted on disk (first %s) and others changed, and this layout has no marker to say the new set is complete; the bucket keeps the committed version", len(missing), missing[0]), true
 	}
 	return "", false
+}
+
+// errNotDone: a declared step is not committed yet; upload it.
+var errNotDone = errors.New("not done")
+
+// declaredDoneLocked decides a step the trainer declared complete against
+// what is committed: nil when this content is committed already,
+// ErrCommittedOther when other content is, errNotDone to upload it.
+func (a *Agent) declaredDoneLocked(s *detect.Step) error {
+	if e, ok := a.journal.get(s.Number); ok {
+		if e.Root == s.Root && sameLocalFiles(e.Files, localFiles(*s)) {
+			return nil
+		}
+		return fmt.Errorf("step %d: %w (%d files committed, %d on disk now): save it under another step number", s.Number, ErrCommittedOther, len(e.Files), len(s.Files))
+	}
+	if a.remote[s.Number] {
+		return fmt.Errorf("step %d: %w in the bucket before this agent started: save it under another step number", s.Number, ErrCommittedOther)
+	}
+	return errNotDone
 }

@@ -311,6 +311,9 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	if a.pipe != nil && !res.Pending {
 		a.pipe.supersededBy(n)
 	}
+	a.mu.Lock()
+	a.resolveLocked(n, nil) // node-done: this node's declared part is durable
+	a.mu.Unlock()
 	verb := "committed step"
 	switch {
 	case res.Pending:

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -144,6 +145,7 @@ func (s *Server) Serve(ctx context.Context, c Controller) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/status", h.status)
 	mux.HandleFunc("/flush", h.flush)
+	mux.HandleFunc("/commit", h.commit)
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -372,6 +374,76 @@ func (cl *Client) do(ctx context.Context, method, url string, v any) error {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		return fmt.Errorf("%s: read the answer of the ferry agent at %s: %w", op, cl.path, err)
+	}
+	return nil
+}
+
+// commitResponse is the answer to POST /commit.
+type commitResponse struct {
+	Durable bool   `json:"durable"`
+	Error   string `json:"error,omitempty"`
+}
+
+// commit serves POST /commit?step=N[&path=P...][&wait=0][&timeout=D].
+func (h controlHandler) commit(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "use POST", http.StatusMethodNotAllowed)
+		return
+	}
+	c, ok := h.c.(Committer)
+	if !ok {
+		http.Error(w, "this agent does not take commits", http.StatusNotImplemented)
+		return
+	}
+	q := r.URL.Query()
+	n, err := strconv.ParseInt(q.Get("step"), 10, 64)
+	if err != nil || n < 0 {
+		http.Error(w, fmt.Sprintf("step %q: want a step number >= 0", q.Get("step")), http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			http.Error(w, fmt.Sprintf("timeout %q: want a duration such as 10m", v), http.StatusBadRequest)
+			return
+		}
+		if d > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+	}
+	wait := q.Get("wait") != "0"
+	err = c.Commit(ctx, n, q["path"], wait)
+	resp := commitResponse{Durable: err == nil && wait}
+	if err != nil {
+		resp.Error = err.Error()
+	}
+	h.log.Info("commit answered", zap.Int64("step", n), zap.Bool("durable", resp.Durable), zap.String("error", resp.Error))
+	writeControlJSON(w, http.StatusOK, resp)
+}
+
+// Commit asks the agent to take step n as complete, made of paths (none:
+// the layout's step n), and with wait to return once it is durable, for at
+// most timeout (0: no limit). It returns the agent's error as it says it.
+func (cl *Client) Commit(ctx context.Context, n int64, paths []string, wait bool, timeout time.Duration) error {
+	q := url.Values{"step": {strconv.FormatInt(n, 10)}, "path": paths}
+	if !wait {
+		q.Set("wait", "0")
+	}
+	if timeout > 0 {
+		q.Set("timeout", timeout.String())
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout+time.Minute)
+		defer cancel()
+	}
+	var resp commitResponse
+	if err := cl.do(ctx, http.MethodPost, "/commit?"+q.Encode(), &resp); err != nil {
+		return err
+	}
+	if resp.Error != "" {
+		return errors.New(resp.Error)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -281,5 +282,43 @@ func TestControlBadTimeout(t *testing.T) {
 	err := cl.do(context.Background(), "POST", "/flush?timeout=soon", &v)
 	if err == nil || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("flush?timeout=soon: %v, want 400", err)
+	}
+}
+
+// committer is a fakeController that takes commits.
+type committer struct {
+	fakeController
+	got chan string
+	err error
+}
+
+func (c *committer) Commit(ctx context.Context, n int64, paths []string, wait bool) error {
+	c.got <- fmt.Sprintf("%d %v %v", n, paths, wait)
+	return c.err
+}
+
+// ferry commit's request reaches the agent with the step, the paths and
+// whether to wait, and the agent's error comes back as it said it; an
+// agent that takes no commits says so.
+func TestCommitRequest(t *testing.T) {
+	c := &committer{got: make(chan string, 1)}
+	dir, _ := startControl(t, c)
+	cl := Dial(dir)
+	if err := cl.Commit(context.Background(), 12, []string{"step-12", "extra.pt"}, true, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-c.got; got != "12 [step-12 extra.pt] true" {
+		t.Errorf("agent got %q", got)
+	}
+	c.err = errors.New("commit step 13: no step 13 on disk in /ckpt")
+	if err := cl.Commit(context.Background(), 13, nil, false, 0); err == nil || err.Error() != c.err.Error() {
+		t.Errorf("error %v, want the agent's", err)
+	}
+	if got := <-c.got; got != "13 [] false" {
+		t.Errorf("agent got %q", got)
+	}
+	plain, _ := startControl(t, &fakeController{})
+	if err := Dial(plain).Commit(context.Background(), 1, nil, true, 0); err == nil || !strings.Contains(err.Error(), "does not take commits") {
+		t.Errorf("agent without commits: %v", err)
 	}
 }

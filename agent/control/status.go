@@ -106,3 +106,10 @@ type Controller interface {
 	// or ctx ends; it returns the steps still not committed.
 	Flush(ctx context.Context) (notCommitted []int64, err error)
 }
+
+// Committer is a Controller that takes the trainer's word that a step is
+// complete (ferry commit): Commit declares step n complete, made of paths
+// (none: the layout's step n), and with wait returns once it is durable.
+type Committer interface {
+	Commit(ctx context.Context, n int64, paths []string, wait bool) error
+}

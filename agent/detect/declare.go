@@ -38,7 +38,7 @@ type declaration struct {
 // new or rewritten and names the step.
 func (w *Watcher) declared(c *Candidate) string {
 	w.keepDeclared(c)
-	if !c.Finished || c.Step.Marker == "" {
+	if !c.Finished || c.Step.Marker == "" || c.ByTrainer {
 		return ""
 	}
 	m, ok := w.tree.Get(c.Step.Marker)

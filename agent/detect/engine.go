@@ -97,6 +97,9 @@ func (e *engine) candidates() []Candidate {
 // blocked returns why a candidate cannot be complete whatever the settle
 // window says, or "".
 func (e *engine) blocked(c *Candidate) string {
+	if c.ByTrainer {
+		return e.blockedByFiles(c)
+	}
 	switch {
 	case c.Held != "" && len(c.Step.Files) == 0:
 		return c.Held
@@ -113,6 +116,21 @@ func (e *engine) blocked(c *Candidate) string {
 		if w := writers(c); len(w) < e.opts.ExpectedRanks {
 			return fmt.Sprintf("files of %d of %d expected ranks", len(w), e.opts.ExpectedRanks)
 		}
+	}
+	if p, why := e.tornFile(c); p != "" {
+		return "file " + p + ": " + why
+	}
+	return ""
+}
+
+// blockedByFiles is what holds back a step the trainer declared complete:
+// no files, a temporary name, a torn file.
+func (e *engine) blockedByFiles(c *Candidate) string {
+	switch {
+	case len(c.Step.Files) == 0:
+		return "no files yet"
+	case len(c.Temps) > 0:
+		return "temporary file " + c.Temps[0]
 	}
 	if p, why := e.tornFile(c); p != "" {
 		return "file " + p + ": " + why

@@ -115,7 +115,12 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	var ready []Candidate
 	var pending []Pending
 	defer func() { w.pending.Store(&pending) }()
-	cands := e.candidates()
+	cands := w.declaredByTrainer(e.candidates())
+	numbers := make(map[int64]bool, len(cands))
+	for i := range cands {
+		numbers[cands[i].Step.Number] = true
+	}
+	w.numbers.Store(&numbers)
 	w.notePointer()
 	defer func() { w.watchedOnce = true }()
 	name := effectiveName(e.layout)
@@ -210,6 +215,13 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 			}
 			p := pendingOf(c, "settling", "its writers closed its files", since)
 			return &p, due
+		}
+		if c.ByTrainer && w.closes != nil {
+			// The trainer's word replaces the settle window, not the
+			// closes: a file still open for writing is still written.
+			p := pendingOf(c, "waiting", "declared complete by the trainer, but a file is still open for writing (or the kernel refuses ferry a lease on it)", since)
+			p.Declared = true
+			return &p, time.Time{}
 		}
 	}
 	if due := since.Add(e.opts.Settle); now.Before(due) {

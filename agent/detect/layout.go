@@ -64,6 +64,10 @@ type Candidate struct {
 	// the step was complete once, not that its files are still that
 	// version (declare.go).
 	Moved bool
+	// ByTrainer is set when the trainer declared the step complete
+	// (Watcher.Declare): only its files' closes, temporary names and
+	// formats still count.
+	ByTrainer bool
 	// Covers, when set, says which files the marker vouches for (nil:
 	// every file); set with Step.Marker.
 	Covers func(File) bool

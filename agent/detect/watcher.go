@@ -28,6 +28,10 @@ type Watcher struct {
 	// step; watchedOnce is set after Run's first evaluation.
 	pointed     map[int64]time.Time
 	watchedOnce bool
+	// trainer holds the steps the trainer declared complete.
+	trainer *byTrainer
+	// numbers are the step numbers the last evaluation found.
+	numbers atomic.Pointer[map[int64]bool]
 	// ready closes once Run's first look at the directory is done.
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -72,10 +76,11 @@ func New(opts Options) (*Watcher, error) {
 		return nil, err
 	}
 	return &Watcher{
-		engine: e,
-		states: map[string]*stepState{},
-		decls:  map[string]*declaration{},
-		ready:  make(chan struct{}),
+		engine:  e,
+		states:  map[string]*stepState{},
+		decls:   map[string]*declaration{},
+		ready:   make(chan struct{}),
+		trainer: newByTrainer(),
 	}, nil
 }
 
@@ -171,6 +176,8 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 			err = l.evaluate(nil)
 		case <-ticker.C:
 			err = l.rescanAndEvaluate()
+		case <-w.trainer.wake:
+			l.armWithin(closeDebounce) // the trainer declared a step
 		case <-w.closeCh:
 			l.armWithin(closeDebounce) // a writer closed a file: evaluate soon
 		}

@@ -70,6 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newCopyCommand(),
 			newStatusCommand(),
 			newFlushCommand(),
+			newCommitCommand(),
 			newPruneCommand(),
 			newAgentCommand(),
 			newVersionCommand(),

@@ -1,0 +1,183 @@
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The trainer's own word. `ferry commit --step N` (or the control socket's
+// /commit) tells the watcher that step N is complete: whatever its layout
+// would have guessed (a marker, ranks, the settle window), the step is
+// reported Complete as soon as every one of its files is closed by its
+// writer and held open for writing by no process (ProofClosed), and no file
+// has a temporary name or is cut short by its format. The files are the
+// layout's candidate for N, or, when the trainer names paths (files or
+// folders below the root), exactly those.
+
+// byTrainer holds the steps the trainer declared complete, safe to use
+// from any goroutine.
+type byTrainer struct {
+	mu    sync.Mutex
+	steps map[int64][]string // step -> paths named ("" entries never)
+	// fresh holds the steps declared since the last evaluation: reported
+	// again even if unchanged, so each declaration gets its answer.
+	fresh map[int64]bool
+	wake  chan struct{}
+}
+
+func newByTrainer() *byTrainer {
+	return &byTrainer{steps: map[int64][]string{}, fresh: map[int64]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// Declare records that the trainer says step n is complete, with the paths
+// that make it (relative to the watched root, slash- or OS-separated, or
+// absolute below it; none: the layout's step n). It checks the paths and
+// returns an error naming a path that is outside the root or missing.
+func (w *Watcher) Declare(n int64, paths []string) error {
+	if n < 0 {
+		return fmt.Errorf("step %d: a step is a number >= 0", n)
+	}
+	rel := make([]string, 0, len(paths))
+	for _, p := range paths {
+		r, err := w.relToRoot(p)
+		if err != nil {
+			return err
+		}
+		rel = append(rel, r)
+	}
+	sort.Strings(rel)
+	w.trainer.mu.Lock()
+	w.trainer.steps[n] = rel
+	w.trainer.fresh[n] = true
+	w.trainer.mu.Unlock()
+	select {
+	case w.trainer.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Debounce is the watcher's debounce window.
+func (w *Watcher) Debounce() time.Duration { return w.opts.Debounce }
+
+// HasStep reports whether the last evaluation found step n on disk
+// (complete or not). Safe to call while Run runs.
+func (w *Watcher) HasStep(n int64) bool {
+	m := w.numbers.Load()
+	return m != nil && (*m)[n]
+}
+
+// Undeclare forgets what Declare said of step n.
+func (w *Watcher) Undeclare(n int64) {
+	w.trainer.mu.Lock()
+	delete(w.trainer.steps, n)
+	w.trainer.mu.Unlock()
+}
+
+// relToRoot maps a path the trainer named to a slash path below the root.
+func (w *Watcher) relToRoot(p string) (string, error) {
+	abs := p
+	if !filepath.IsAbs(p) {
+		abs = filepath.Join(w.tree.root, p)
+	}
+	r, err := filepath.Rel(w.tree.root, filepath.Clean(abs))
+	if err != nil || r == "." || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("%s is not below the watched directory %s", p, w.tree.root)
+	}
+	if _, err := lstatNoFollow(filepath.Join(w.tree.root, r)); err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	return filepath.ToSlash(r), nil
+}
+
+// lstatNoFollow is os.Lstat, mapping absence to a message a user reads.
+func lstatNoFollow(abs string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errors.New("no such file or folder")
+	}
+	return fi, err
+}
+
+// declaredByTrainer applies the trainer's declarations to the layout's
+// candidates: a declared step's candidate, or one made of the paths named,
+// is finished whatever the layout would have guessed.
+func (w *Watcher) declaredByTrainer(cands []Candidate) []Candidate {
+	t := w.trainer
+	t.mu.Lock()
+	declared := make(map[int64][]string, len(t.steps))
+	for n, p := range t.steps {
+		declared[n] = p
+	}
+	fresh := t.fresh
+	t.fresh = map[int64]bool{}
+	t.mu.Unlock()
+	for n := range fresh {
+		if st := w.states[strconv.FormatInt(n, 10)]; st != nil {
+			st.reported = false // each declaration gets its answer
+		}
+	}
+	if len(declared) == 0 {
+		return cands
+	}
+	out := cands[:0]
+	for _, c := range cands {
+		paths, ok := declared[c.Step.Number]
+		switch {
+		case !ok:
+			out = append(out, c)
+		case len(paths) == 0:
+			out = append(out, trainerFinished(c))
+		} // named paths replace the layout's candidate
+	}
+	for n, paths := range declared {
+		if len(paths) > 0 {
+			out = append(out, trainerFinished(pathsStep(w.tree, n, paths)))
+		}
+	}
+	return out
+}
+
+// trainerFinished marks a candidate complete by the trainer's word.
+func trainerFinished(c Candidate) Candidate {
+	c.ID = ""
+	c.Finished, c.Stale, c.Moved, c.Waiting, c.Held = true, false, false, "", ""
+	c.Proof, c.ByTrainer, c.Ranks = ProofClosed, true, nil
+	return c
+}
+
+// pathsStep is the step made of the files and folders named.
+func pathsStep(t *Tree, n int64, paths []string) Candidate {
+	c := Candidate{Step: Step{Number: n}}
+	for _, p := range paths {
+		e, ok := t.Get(p)
+		if !ok {
+			c.Errs = append(c.Errs, fmt.Errorf("%s: no such file or folder", p))
+			continue
+		}
+		if e.IsDir() {
+			sub := folderStep(t, p, n)
+			c.Step.Files = append(c.Step.Files, sub.Step.Files...)
+			c.Step.Symlinks = append(c.Step.Symlinks, sub.Step.Symlinks...)
+			c.Temps = append(c.Temps, sub.Temps...)
+			c.Errs = append(c.Errs, sub.Errs...)
+			continue
+		}
+		addEntry(&c, &e)
+	}
+	if len(paths) == 1 {
+		if e, ok := t.Get(paths[0]); ok && e.IsDir() {
+			c.Step.Root = paths[0]
+		}
+	}
+	sortStep(&c.Step)
+	return c
+}
