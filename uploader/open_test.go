@@ -32,8 +32,8 @@ func TestUploadRefusesSwappedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ path, want string }{
-		{link, "is now a symbolic link"},
-		{fifo, "is not a regular file"},
+		{link, "a symbolic link on the way (not followed)"},
+		{fifo, "not a regular file (a FIFO)"},
 	} {
 		st := store.NewMemStore()
 		u := New(Options{Store: st})

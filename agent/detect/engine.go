@@ -125,7 +125,7 @@ func (e *engine) blocked(c *Candidate) string {
 // inside the root), all lists sorted.
 func (e *engine) build(c *Candidate) Step {
 	s := c.Step
-	s.Files = e.tree.located(s.Files)
+	s.Dir, s.Files = e.tree.root, e.tree.located(s.Files)
 	seen := map[string]bool{}
 	var links []Symlink
 	for _, l := range append(append([]Symlink(nil), s.Symlinks...), rootLinks(e.tree, &s)...) {

@@ -146,11 +146,15 @@ func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, maxSmallFile))
 }
 
-// located returns a copy of files with each one's LocalPath set.
+// located returns a copy of files with each one's LocalPath set, and its
+// device and inode as scanned: the uploader reads that file and no other.
 func (t *Tree) located(files []File) []File {
 	out := append([]File(nil), files...)
 	for i := range out {
 		out[i].LocalPath = t.abs(out[i].RelPath)
+		if e, ok := t.entries[out[i].RelPath]; ok {
+			out[i].Dev, out[i].Ino = e.id.dev, e.id.ino
+		}
 	}
 	return out
 }
