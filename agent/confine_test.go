@@ -3,7 +3,9 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -140,5 +142,54 @@ func assertNoSecret(t *testing.T, st store.Store) {
 		if len(parts) > 0 {
 			t.Errorf("upload of %s holds %d parts sent after the swap", u.Key, len(parts))
 		}
+	}
+}
+
+// TestKeepLocalThroughSwappedFolder: with --keep-local 1, a committed
+// step folder swapped for a link to another folder whose files have the
+// same names, sizes and mtimes is not followed when the next commit
+// cleans it up: nothing outside the watch dir is deleted.
+func TestKeepLocalThroughSwappedFolder(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.Detect.Layout = "dcp"; o.KeepLocal = 1 })
+	outside := t.TempDir()
+	writeStep := func(name string) {
+		dir := filepath.Join(h.watch, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "__0_0.distcp"), []byte("weights of "+name), 0o644)
+		writeFile(t, filepath.Join(dir, ".metadata"), []byte("metadata"), 0o644)
+		if left := h.flush(60 * time.Second); len(left) != 0 {
+			t.Fatalf("not committed: %v", left)
+		}
+	}
+	writeStep("step_1")
+	for _, name := range []string{"__0_0.distcp", ".metadata"} {
+		in := filepath.Join(h.watch, "step_1", name)
+		fi, err := os.Stat(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(in)
+		out := filepath.Join(outside, name)
+		writeFile(t, out, b, 0o600)
+		if err := os.Chtimes(out, fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swapFolder(t, h.watch, "step_1", outside)
+	writeStep("step_2")
+	writeStep("step_3") // step_2, a real folder, is deleted whole
+	h.stop()
+	if _, err := os.Lstat(filepath.Join(h.watch, "step_2")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("step_2 still on disk with --keep-local 1 (lstat: %v)", err)
+	}
+	for _, name := range []string{"__0_0.distcp", ".metadata"} {
+		if _, err := os.Stat(filepath.Join(outside, name)); err != nil {
+			t.Errorf("keep-local deleted %s outside the watch dir: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.watch, "step_3", "__0_0.distcp")); err != nil {
+		t.Errorf("newest committed step deleted: %v", err)
 	}
 }
