@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // Entry is one path of the watched tree as last observed.
@@ -133,12 +135,21 @@ const maxSmallFile = 4096
 
 // ReadSmall reads the first 4 KiB of the regular file at p: enough for the
 // pointer files layouts consult (DeepSpeed's latest, Megatron's tracker).
+// It reads beneath the root and follows no link (a folder swapped for
+// one since the scan is refused), never blocks on a FIFO swapped in, and
+// refuses a hard-linked file, whose content a generated pointer file
+// would carry to the bucket.
 func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	e, ok := t.entries[p]
 	if !ok || !e.IsRegular() {
 		return nil, fs.ErrNotExist
 	}
-	f, err := os.Open(t.abs(p))
+	root, err := confine.Open(t.root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, _, err := root.OpenRegular(p)
 	if err != nil {
 		return nil, err
 	}
