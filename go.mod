@@ -18,7 +18,6 @@ require (
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
-	lukechampine.com/blake3 v1.4.1
 	sigs.k8s.io/yaml v1.6.0
 )
 
