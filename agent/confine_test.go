@@ -193,3 +193,50 @@ func TestKeepLocalThroughSwappedFolder(t *testing.T) {
 		t.Errorf("newest committed step deleted: %v", err)
 	}
 }
+
+// TestHoldingsThroughSwappedFolder: a committed step folder swapped for a
+// link to a folder whose files have the same names, sizes and mtimes is
+// not offered to restoring peers (--serve-peers), nor is a committed file
+// that gained a second hard link.
+func TestHoldingsThroughSwappedFolder(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.Detect.Layout = "dcp"; o.Upload.NoPack = true })
+	for _, n := range []string{"step_1", "step_2"} {
+		dir := filepath.Join(h.watch, n)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "__0_0.distcp"), bytes.Repeat([]byte(n), 1<<20), 0o644)
+		writeFile(t, filepath.Join(dir, ".metadata"), []byte("metadata"), 0o644)
+		if left := h.flush(60 * time.Second); len(left) != 0 {
+			t.Fatalf("not committed: %v", left)
+		}
+	}
+	for _, n := range []int64{1, 2} {
+		if _, held, err := h.agent.Holdings(t.Context(), n); err != nil || len(held) != 2 {
+			t.Fatalf("step %d before any change: %d files held, %v", n, len(held), err)
+		}
+	}
+	outside := t.TempDir()
+	for _, name := range []string{"__0_0.distcp", ".metadata"} {
+		in := filepath.Join(h.watch, "step_1", name)
+		fi, err := os.Stat(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(in)
+		writeFile(t, filepath.Join(outside, name), b, 0o600)
+		if err := os.Chtimes(filepath.Join(outside, name), fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swapFolder(t, h.watch, "step_1", outside)
+	if err := os.Link(filepath.Join(h.watch, "step_2", "__0_0.distcp"), filepath.Join(outside, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	if _, held, err := h.agent.Holdings(t.Context(), 1); err != nil || len(held) != 0 {
+		t.Errorf("step 1 through a link to another folder: %d files offered (%v), want none", len(held), err)
+	}
+	if _, held, err := h.agent.Holdings(t.Context(), 2); err != nil || len(held) != 1 || held[0].File.Path != "step_2/.metadata" {
+		t.Errorf("step 2 with a hard-linked file: offered %v (%v), want only step_2/.metadata", held, err)
+	}
+}
