@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/ferrylabs/ferry/internal/confine"
 )
 
@@ -71,5 +74,37 @@ func TestReadsFollowNoSwap(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("reading %s blocked", p)
 		}
+	}
+}
+
+// TestSpecialFileInStepWarned: a FIFO in a complete step's folder is left
+// out of the step with a warning naming it.
+func TestSpecialFileInStepWarned(t *testing.T) {
+	dir := t.TempDir()
+	step := filepath.Join(dir, "step_5")
+	if err := os.Mkdir(step, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"__0_0.distcp", ".metadata"} {
+		if err := os.WriteFile(filepath.Join(step, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(step, "__1_0.distcp"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, n := range []string{"__0_0.distcp", ".metadata"} {
+		os.Chtimes(filepath.Join(step, n), old, old)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	w := newWatcher(t, Options{Dir: dir, Layout: "dcp", Settle: time.Second, Logger: zap.New(core)})
+	steps, err := w.Scan()
+	if err != nil || len(steps) != 1 || len(steps[0].Files) != 2 {
+		t.Fatalf("scan: %v, %v; want step 5 with its two regular files", describeAll(steps), err)
+	}
+	warns := logs.FilterMessageSnippet("special file").All()
+	if len(warns) != 1 || warns[0].ContextMap()["path"] != "step_5/__1_0.distcp" {
+		t.Errorf("warnings %v, want one naming step_5/__1_0.distcp", logs.All())
 	}
 }

@@ -131,6 +131,7 @@ func (e *engine) blocked(c *Candidate) string {
 func (e *engine) build(c *Candidate) Step {
 	s := c.Step
 	s.Dir, s.Files = e.tree.root, e.tree.located(s.Files)
+	e.warnSpecial(s.Root)
 	seen := map[string]bool{}
 	var links []Symlink
 	for _, l := range append(append([]Symlink(nil), s.Symlinks...), rootLinks(e.tree, &s)...) {
@@ -147,6 +148,22 @@ func (e *engine) build(c *Candidate) Step {
 	s.ID, s.Counted = c.id(), s.Number < 0
 	sortStep(&s)
 	return s
+}
+
+// warnSpecial warns, once per path, of the FIFOs, sockets and devices in
+// a step's folder: never part of a step (layouts take regular files and
+// links), so a checkpoint holding one is committed without it.
+func (e *engine) warnSpecial(root string) {
+	if root == "" {
+		return // files in the watched root: its other entries are no step's
+	}
+	e.tree.Walk(root, func(en Entry) {
+		if en.IsDir() || en.IsRegular() || en.IsSymlink() || en.Err != nil || e.warned["special\x00"+en.Path] {
+			return
+		}
+		e.warned["special\x00"+en.Path] = true
+		e.log.Warn("special file in a checkpoint skipped (a FIFO, socket or device is never uploaded)", zap.String("path", en.Path))
+	})
 }
 
 // readable returns the entry errors of a candidate and the errors opening
