@@ -144,17 +144,26 @@ func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	if !ok || !e.IsRegular() {
 		return nil, fs.ErrNotExist
 	}
-	root, err := confine.Open(t.root)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	f, _, err := root.OpenRegular(p)
+	f, _, err := t.openRegular(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, maxSmallFile))
+}
+
+// openRegular opens the regular file at p (relative to the root) for
+// reading as the uploader does: beneath the root, following no link on the
+// way, without blocking on a FIFO, refusing a hard-linked file; the stat
+// is fstat's. Every read of a file's content by the detector goes through
+// it.
+func (t *Tree) openRegular(p string) (*os.File, confine.Stat, error) {
+	root, err := confine.Open(t.root)
+	if err != nil {
+		return nil, confine.Stat{}, err
+	}
+	defer root.Close()
+	return root.OpenRegular(p)
 }
 
 // located returns a copy of files with each one's LocalPath set, and its
