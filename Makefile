@@ -2,6 +2,12 @@
 # ./tools (both git-ignored), so a fresh checkout needs only Go and make.
 
 GO          ?= go
+# The Go release of go.mod's go line, selected explicitly: machines that set
+# GOTOOLCHAIN=local would otherwise refuse it (or build with whatever is
+# installed), and the go command fetches it through the module proxy when
+# it is not installed. make GOTOOLCHAIN=local uses the installed go.
+GO_VERSION  := $(shell sed -n 's/^go //p' go.mod)
+export GOTOOLCHAIN := go$(GO_VERSION)
 BIN         := $(CURDIR)/bin
 TOOLS       := $(CURDIR)/tools/bin
 VERSITYGW   := $(TOOLS)/versitygw
