@@ -15,7 +15,7 @@
 #
 # The two images differ only in where the binary was built.
 
-ARG GO_IMAGE=docker.io/library/golang:1.26.8-bookworm
+ARG GO_IMAGE=docker.io/library/golang:1.26.10-bookworm
 
 # --- source: build ferry from this repository -----------------------------
 FROM ${GO_IMAGE} AS source

@@ -2,6 +2,12 @@
 # ./tools (both git-ignored), so a fresh checkout needs only Go and make.
 
 GO          ?= go
+# The Go release of go.mod's go line, selected explicitly: machines that set
+# GOTOOLCHAIN=local would otherwise refuse it (or build with whatever is
+# installed), and the go command fetches it through the module proxy when
+# it is not installed. make GOTOOLCHAIN=local uses the installed go.
+GO_VERSION  := $(shell sed -n 's/^go //p' go.mod)
+export GOTOOLCHAIN := go$(GO_VERSION)
 BIN         := $(CURDIR)/bin
 TOOLS       := $(CURDIR)/tools/bin
 VERSITYGW   := $(TOOLS)/versitygw
@@ -85,11 +91,34 @@ e2e: build tools
 	@$(E2E_PYTHON) -c 'import torch' 2>/dev/null || { echo "make e2e needs Debian's python3-torch: apt-get install -y python3-torch"; exit 1; }
 	VERSITYGW=$(VERSITYGW) FERRY=$(BIN)/ferry PYTHON=$(E2E_PYTHON) timeout 300 ./examples/resume/scenario.sh
 
-## lint: gofmt, go vet, staticcheck
+## lint: gofmt, go vet, staticcheck, govulncheck (vulncheck)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	@$(MAKE) --no-print-directory vulncheck
+
+## vulncheck: govulncheck against the Go vulnerability database, built from
+## the golang.org/x/vulndb module on the Go module proxy (VULNDB_VERSION,
+## default the newest; pin one to work offline) into tools/vulndb/<version>
+## with its indexdb; fails on a vulnerability ferry's code reaches,
+## standard library included (the toolchain's version is the one checked)
+GOVULNCHECK         := $(TOOLS)/govulncheck
+GOVULNCHECK_VERSION := v1.10.0
+VULNDB_VERSION      ?= latest
+.PHONY: vulncheck
+vulncheck: $(GOVULNCHECK)
+	@v=$$(cd / && $(GO) list -m -f '{{.Version}}' golang.org/x/vulndb@$(VULNDB_VERSION)) && db=$(CURDIR)/tools/vulndb/$$v && \
+	if [ ! -s $$db/index/db.json ]; then \
+		dir=$$(cd / && $(GO) mod download -json golang.org/x/vulndb@$$v | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+		GOBIN=$(TOOLS) $(GO) install golang.org/x/vulndb/cmd/indexdb@$$v && \
+		rm -rf $$db.tmp && mkdir -p $$(dirname $$db) && $(TOOLS)/indexdb -vulns $$dir/data/osv -out $$db.tmp && mv $$db.tmp $$db; \
+	fi && echo "govulncheck $(GOVULNCHECK_VERSION) ($$($(GO) env GOVERSION)), database golang.org/x/vulndb@$$v" && \
+	$(GOVULNCHECK) -db file://$$db ./...
+
+$(GOVULNCHECK):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
 
 $(STATICCHECK):
 	@mkdir -p $(TOOLS)

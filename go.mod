@@ -1,6 +1,6 @@
 module github.com/ferrylabs/ferry
 
-go 1.26.8
+go 1.26.10
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
@@ -18,7 +18,6 @@ require (
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
-	lukechampine.com/blake3 v1.4.1
 	sigs.k8s.io/yaml v1.6.0
 )
 

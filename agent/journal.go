@@ -56,6 +56,10 @@ type localFile struct {
 	Path    string `json:"path"`
 	Size    int64  `json:"size"`
 	ModTime int64  `json:"mtime_ns"`
+	// Dev and Ino identify the file committed (0 in journals written
+	// before they were recorded): --keep-local deletes that file only.
+	Dev uint64 `json:"dev,omitempty"`
+	Ino uint64 `json:"ino,omitempty"`
 }
 
 func openJournal(stateDir string) (*journal, error) {
@@ -100,13 +104,20 @@ func (j *journal) findContent(root string, files []localFile) (int64, bool) {
 	return 0, false
 }
 
-func sameLocalFiles(a, b []localFile) bool { return slices.Equal(a, b) }
+// sameLocalFiles compares paths, sizes and mtimes: a file's identity
+// (device and inode) may be missing from an older journal, and a file
+// copied with its mtime is still the same content.
+func sameLocalFiles(a, b []localFile) bool {
+	return slices.EqualFunc(a, b, func(x, y localFile) bool {
+		return x.Path == y.Path && x.Size == y.Size && x.ModTime == y.ModTime
+	})
+}
 
 // localFiles is how the journal records a step's files.
 func localFiles(s detect.Step) []localFile {
 	out := make([]localFile, len(s.Files))
 	for i, f := range s.Files {
-		out[i] = localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano()}
+		out[i] = localFile{Path: f.RelPath, Size: f.Size, ModTime: f.ModTime.UnixNano(), Dev: f.Dev, Ino: f.Ino}
 	}
 	return out
 }

@@ -3,9 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
@@ -13,9 +13,11 @@ import (
 // Holdings says which files of committed step the agent can serve to a
 // node restoring it (peer.Seed, `ferry agent --serve-peers`): the files of
 // the step's committed manifest that this agent committed and that are
-// still on disk exactly as they were then (a regular file, same size, same
-// modification time), below the watched directory (manifest paths, like
-// the journal's, are relative to it). It offers nothing of a step
+// still on disk exactly as they were then (the same regular file, with one
+// link: device and inode where the journal has them, size, modification
+// time), found beneath the watched directory without following a link
+// (manifest paths, like the journal's, are relative to it). It offers
+// nothing of a step
 // it did not commit, removed (--keep-local), or that is only partly this
 // node's (a multi-node step whose manifest it has not seen). The restoring
 // node checks every byte against the manifest regardless.
@@ -32,14 +34,19 @@ func (a *Agent) Holdings(ctx context.Context, step int64) (string, []restore.Hel
 	for _, f := range e.Files {
 		local[filepath.ToSlash(f.Path)] = f
 	}
+	root, err := confine.Open(a.opts.Detect.Dir)
+	if err != nil {
+		return "", nil, err
+	}
+	defer root.Close()
 	var held []restore.HeldFile
 	for _, f := range m.Files {
 		lf, ok := local[f.Path]
 		if !ok || lf.Size != f.Size {
 			continue
 		}
-		fi, err := os.Lstat(filepath.Join(a.opts.Detect.Dir, filepath.FromSlash(f.Path)))
-		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size || fi.ModTime().UnixNano() != lf.ModTime {
+		st, err := root.Lstat(f.Path)
+		if err != nil || !committedFile(lf, st) || st.Nlink > 1 {
 			continue
 		}
 		held = append(held, restore.HeldFile{File: f, Path: filepath.FromSlash(f.Path), ModTime: lf.ModTime})

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path"
-	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent/control"
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/prune"
@@ -336,8 +336,11 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 
 // keepLocal deletes the local files of committed steps beyond the KeepLocal
 // newest committed ones. It deletes only files the journal says were made
-// durable and that are still exactly as uploaded (same size and mtime), and
-// then the step's emptied folders. Nothing uncommitted is ever touched.
+// durable and that are still exactly as uploaded (the same file: device
+// and inode, size and mtime), and then the step's emptied folders. Every
+// deletion goes through the watch dir as an open root and follows no link
+// (internal/confine): a committed folder swapped for a link to another
+// folder is not followed. Nothing uncommitted is ever touched.
 func (a *Agent) keepLocal(ctx context.Context) {
 	entries := a.journal.entries()
 	var live []committedEntry
@@ -349,6 +352,12 @@ func (a *Agent) keepLocal(ctx context.Context) {
 	if len(live) <= a.opts.KeepLocal {
 		return
 	}
+	root, err := confine.Open(a.opts.Detect.Dir)
+	if err != nil {
+		a.log.Warn("keep-local: cannot open the watch dir", zap.Error(err))
+		return
+	}
+	defer root.Close()
 	for _, e := range live[:len(live)-a.opts.KeepLocal] {
 		if e.Pending && !a.stepCommitted(ctx, e.Step) {
 			// Only this node's share is durable; the step is not
@@ -357,25 +366,30 @@ func (a *Agent) keepLocal(ctx context.Context) {
 		}
 		removed := 0
 		for _, f := range e.Files {
-			p := filepath.Join(a.opts.Detect.Dir, filepath.FromSlash(f.Path))
-			fi, err := os.Lstat(p)
-			if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size || fi.ModTime().UnixNano() != f.ModTime {
-				continue
-			}
-			if err := os.Remove(p); err != nil {
+			ok, err := root.RemoveIf(f.Path, func(st confine.Stat) bool { return committedFile(f, st) })
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				a.log.Warn("keep-local: could not delete", zap.String("file", f.Path), zap.Error(err))
-				continue
 			}
-			removed++
+			if ok {
+				removed++
+			}
 		}
 		if e.Root != "" {
-			removeEmptyDirs(a.opts.Detect.Dir, e.Root)
+			removeEmptyDirs(root, path.Clean(e.Root))
 		}
 		if err := a.journal.markRemoved(e.Step); err != nil {
 			a.log.Warn("keep-local: could not update the journal", zap.Error(err))
 		}
 		a.log.Info("keep-local: deleted local files of a committed step", zap.Int64("step", e.Step), zap.Int("files", removed))
 	}
+}
+
+// committedFile reports whether st is the file f the journal recorded as
+// committed: regular, same size and mtime, and the same device and inode
+// where the journal has them.
+func committedFile(f localFile, st confine.Stat) bool {
+	return st.IsRegular() && st.Size == f.Size && st.ModTime.UnixNano() == f.ModTime &&
+		(f.Ino == 0 || st.Dev == f.Dev && st.Ino == f.Ino)
 }
 
 // stepCommitted checks the bucket for a step's manifest (one HEAD), for a
@@ -392,20 +406,20 @@ func (a *Agent) stepCommitted(ctx context.Context, step int64) bool {
 	return true
 }
 
-// removeEmptyDirs removes root/rel and its sub-folders if they are empty,
-// deepest first, never going above rel.
-func removeEmptyDirs(root, rel string) {
-	dir := filepath.Join(root, filepath.FromSlash(path.Clean(rel)))
-	var dirs []string
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
+// removeEmptyDirs removes rel and its sub-folders beneath root if they
+// are empty, deepest first, never going above rel; links are neither
+// followed nor removed.
+func removeEmptyDirs(root *confine.Dir, rel string) {
+	if d, err := root.OpenDir(rel); err == nil {
+		des, _ := d.ReadDir(-1)
+		d.Close()
+		for _, de := range des {
+			if de.IsDir() {
+				removeEmptyDirs(root, rel+"/"+de.Name())
+			}
 		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		_ = os.Remove(dirs[i]) // fails, harmlessly, on a non-empty folder
 	}
+	_ = root.RemoveEmptyDir(rel) // fails, harmlessly, on a non-empty folder
 }
 
 // destination is where this agent's pushes go, for abandoning one.

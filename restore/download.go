@@ -129,7 +129,7 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 	// write time (a full disk fails the write, naming the file), and
 	// writing through the page cache into unwritten extents cost about 15%
 	// more CPU in an A/B (2 x 2 GiB restores each).
-	if align > 0 || r.opts.Fsync {
+	if (align > 0 || r.opts.Fsync) && r.holdsClaimedSize(ctx, job) {
 		if err := preallocate(f, size); err != nil {
 			return fmt.Errorf("restore %s: %w", job.file.Path, err)
 		}
@@ -158,6 +158,20 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// holdsClaimedSize reports whether a file is worth preallocating: it takes
+// more than one GET, and its object holds the bytes the manifest claims
+// (one HEAD). The manifest is untrusted until the bytes hash right: a size
+// of terabytes for a small object must not reserve terabytes of disk
+// before the first GET shows the object short. A failed HEAD only skips
+// the preallocation; the GETs report what is wrong.
+func (r *restorer) holdsClaimedSize(ctx context.Context, job *fileJob) bool {
+	if job.file.Size <= r.opts.ChunkSize {
+		return false
+	}
+	info, err := r.bucket.Head(ctx, job.file.Key)
+	return err == nil && info.Size >= job.file.Offset+job.file.Size
 }
 
 // awaitSum waits for every chunk of t and returns the file's lower-case hex

@@ -122,9 +122,14 @@ func hashLocal(ctx context.Context, opts pushJob) (*manifest.Manifest, Stats, er
 		sum := blake3.Sum256(b.Data)
 		local.Files = append(local.Files, manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:])})
 	}
+	dir, err := openStepDir(opts.step)
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("push step %d: %w", opts.Step, err)
+	}
+	defer closeDir(dir)
 	var hashed int64
-	for _, f := range opts.step.Files {
-		sum, n, err := HashFile(ctx, f.LocalPath)
+	for i, f := range opts.step.Files {
+		sum, n, err := hashSource(ctx, File{LocalPath: f.LocalPath, RelPath: f.RelPath, Dir: dir, Seen: &opts.step.Files[i]})
 		if err != nil {
 			return nil, Stats{}, fmt.Errorf("push step %d: hash %s: %w", opts.Step, f.RelPath, err)
 		}
@@ -141,6 +146,22 @@ func HashFile(ctx context.Context, path string) (string, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
+	return hashOpen(ctx, f)
+}
+
+// hashSource hashes f, opened beneath its directory as an upload opens it.
+func hashSource(ctx context.Context, f File) (string, int64, error) {
+	fh, _, _, err := f.open()
+	if err != nil {
+		return "", 0, err
+	}
+	defer fh.Close()
+	return hashOpen(ctx, fh)
+}
+
+// hashOpen returns the lower-case hex BLAKE3 of an open file read to its
+// end, and the bytes read.
+func hashOpen(ctx context.Context, f *os.File) (string, int64, error) {
 	h := blake3.New()
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)

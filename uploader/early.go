@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -87,7 +88,12 @@ func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, 
 		return EarlyStats{}, fmt.Errorf("send early: %w", err)
 	}
 	attempt := state.Attempt()
-	e := &early{u: newUploader(p.Upload, p.Progress), state: state, partSize: ePart, threshold: threshold, stop: stop, answered: make(chan struct{})}
+	dir, err := openStepDir(s)
+	if err != nil {
+		return EarlyStats{}, fmt.Errorf("send early: %w", err)
+	}
+	defer closeDir(dir)
+	e := &early{u: newUploader(p.Upload, p.Progress), dir: dir, state: state, partSize: ePart, threshold: threshold, stop: stop, answered: make(chan struct{})}
 	e.working.Store(int32(len(files)))
 	g, gctx := errgroup.WithContext(ctx)
 	for _, f := range files {
@@ -127,6 +133,7 @@ func earlyCandidates(files []step.File, threshold int64) []step.File {
 // in flight and counts.
 type early struct {
 	u            *Uploader
+	dir          *confine.Dir // the step's files are read beneath it
 	state        *State
 	partSize     int64
 	threshold    int64
@@ -149,7 +156,7 @@ type early struct {
 // its own are answered, or once stopped.
 func (e *early) sendFile(ctx context.Context, f step.File, key string) error {
 	g, gctx := errgroup.WithContext(ctx)
-	ef := &earlyFile{e: e, f: f, key: key, g: g, h: new(blake3tree.Range), next: 1}
+	ef := &earlyFile{e: e, f: f, src: File{LocalPath: f.LocalPath, RelPath: f.RelPath, Dir: e.dir}, key: key, g: g, h: new(blake3tree.Range), next: 1}
 	defer ef.close()
 	for {
 		err := ef.sendWhole(gctx) // counted in e.working by the caller or below
@@ -195,6 +202,7 @@ func (e *early) answer() {
 type earlyFile struct {
 	e    *early
 	f    step.File
+	src  File // where f is read, beneath the step's directory
 	key  string
 	g    *errgroup.Group
 	h    *blake3tree.Range
@@ -240,13 +248,11 @@ func (ef *earlyFile) sendWhole(ctx context.Context) error {
 
 // size is the file's current size.
 func (ef *earlyFile) size() (int64, bool) {
-	var fi os.FileInfo
-	var err error
-	if ef.fh != nil {
-		fi, err = ef.fh.Stat()
-	} else {
-		fi, err = os.Stat(ef.f.LocalPath)
+	if ef.fh == nil {
+		st, err := ef.src.stat()
+		return st.Size, err == nil
 	}
+	fi, err := ef.fh.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
 		return 0, false
 	}
@@ -260,9 +266,15 @@ func (ef *earlyFile) open(ctx context.Context) error {
 		ef.done = true
 		return err
 	}
-	fh, err := os.Open(ef.f.LocalPath)
+	// The file grows: only its identity is checked against the scan's.
+	fh, st, err := ef.src.openBeneath()
 	if err != nil {
 		ef.done = true
+		return nil
+	}
+	if ef.f.Ino != 0 && (st.Dev != ef.f.Dev || st.Ino != ef.f.Ino) {
+		fh.Close()
+		ef.done = true // replaced since the scan: the watcher reports it again
 		return nil
 	}
 	ef.up, ef.fh = up, fh

@@ -28,14 +28,11 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return
 // own (sendParts) and share the uploader's request slots with every other
 // file.
 func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error) {
-	fh, stamp, err := openRegular(f.LocalPath)
+	fh, stamp, _, err := f.open()
 	if err != nil {
 		return manifest.File{}, fmt.Errorf("open: %w", err)
 	}
 	defer fh.Close()
-	if err := notAsSeen(f, stamp); err != nil {
-		return manifest.File{}, err
-	}
 	if u.opts.DropCache {
 		defer u.leaveCache(fh, stamp.Size)()
 	}
@@ -54,7 +51,7 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 			return manifest.File{}, err
 		}
 		if pre.blake3 == f.Reuse.BLAKE3 {
-			if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+			if err := checkUnchanged(f, stamp); err != nil {
 				return manifest.File{}, err
 			}
 			mf.BLAKE3, mf.Key, mf.PartSize = pre.blake3, f.Reuse.Key, f.Reuse.PartSize
@@ -199,7 +196,7 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 	}); err != nil {
 		return "", u.explain(f, stamp, fmt.Errorf("put object: %w", err))
 	}
-	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+	if err := checkUnchanged(f, stamp); err != nil {
 		return "", err
 	}
 	return pre.blake3, nil
@@ -235,7 +232,7 @@ func (u *Uploader) explain(f File, stamp fileStamp, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	if cerr := checkUnchanged(f.LocalPath, stamp); cerr != nil {
+	if cerr := checkUnchanged(f, stamp); cerr != nil {
 		return cerr
 	}
 	return err

@@ -33,7 +33,7 @@ func (u *Uploader) putMultipart(ctx context.Context, fh *os.File, f File, stamp 
 		}
 		return "", err
 	}
-	if err := checkUnchanged(f.LocalPath, stamp); err != nil {
+	if err := checkUnchanged(f, stamp); err != nil {
 		return "", err
 	}
 	if _, err := u.opts.Store.CompleteMultipart(ctx, f.Key, up.UploadID, m.parts); err != nil {

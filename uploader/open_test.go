@@ -3,13 +3,18 @@
 package uploader
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/store"
 )
 
@@ -32,8 +37,8 @@ func TestUploadRefusesSwappedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ path, want string }{
-		{link, "is now a symbolic link"},
-		{fifo, "is not a regular file"},
+		{link, "a symbolic link on the way (not followed)"},
+		{fifo, "not a regular file (a FIFO)"},
 	} {
 		st := store.NewMemStore()
 		u := New(Options{Store: st})
@@ -47,4 +52,46 @@ func TestUploadRefusesSwappedFile(t *testing.T) {
 			t.Errorf("upload of %s left %d objects", c.path, n)
 		}
 	}
+}
+
+// TestPushConfinedToDir: `ferry push DIR` reads beneath DIR only: a folder
+// of DIR swapped, after the gather, for a link to a folder holding a file
+// of the same name (mode 0600) fails the push naming the link, and none of
+// that file's bytes reach the store.
+func TestPushConfinedToDir(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	secret := []byte("not for upload")
+	if err := os.Mkdir(filepath.Join(dir, "shards"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "shards", "rank0.pt"), filepath.Join(outside, "rank0.pt")} {
+		if err := os.WriteFile(p, secret, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _, err := detect.Gather([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Number = 1
+	if err := os.Rename(filepath.Join(dir, "shards"), filepath.Join(dir, "aside")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "shards")); err != nil {
+		t.Fatal(err)
+	}
+	st := store.NewMemStore()
+	_, err = Destination{Store: st, Location: "s3://b/p", Prefix: "p"}.Push(context.Background(), s, PushOptions{})
+	if !errors.Is(err, confine.ErrLink) || !strings.Contains(err.Error(), filepath.Join(dir, "shards", "rank0.pt")) {
+		t.Errorf("push through a swapped folder: %v, want an error naming the link", err)
+	}
+	st.List(context.Background(), "", "", 0, func(o store.ObjectInfo) error {
+		r, _ := st.Get(context.Background(), o.Key, 0, -1)
+		b, _ := io.ReadAll(r)
+		r.Close()
+		if bytes.Contains(b, secret) {
+			t.Errorf("object %s holds the outside file", o.Key)
+		}
+		return nil
+	})
 }

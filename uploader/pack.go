@@ -11,6 +11,7 @@ import (
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/pagecache"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -51,8 +52,11 @@ type packMember struct {
 	i     int // index in the Upload call's files
 	f     File
 	stamp fileStamp
-	sum   string // BLAKE3, once hashed
-	off   int64  // offset in the pack, once placed
+	// opened is the file the hashing read opened: later reads must find
+	// that file again.
+	opened confine.Stat
+	sum    string // BLAKE3, once hashed
+	off    int64  // offset in the pack, once placed
 	// cache is which of its pages were cached before the pack read it
 	// (Options.DropCache), for leaveCache once the pack is sent.
 	cache *pagecache.Residency
@@ -62,14 +66,15 @@ type packMember struct {
 // and packs of small files: grouped by rank so that a restore of some
 // ranks reads whole runs, in the order given within a rank, each pack at
 // most the size that spreads the small bytes over packSpread packs (within
-// minPackSize..maxPackSize). Files that cannot be stat'ed go whole, where
-// the upload reports the error.
+// minPackSize..maxPackSize). A file's size is the scan's (File.Seen) when
+// known, else stat'ed; files that cannot be stat'ed go whole, where the
+// upload reports the error.
 func planPacks(files []File) (whole []int, packs [][]packMember) {
 	var small []packMember
 	var total int64
 	for i, f := range files {
-		st, err := statFile(f.LocalPath)
-		if err != nil || st.Size >= PackFileLimit || notAsSeen(f, st) != nil {
+		st, err := seenOrStat(f)
+		if err != nil || st.Size >= PackFileLimit {
 			whole = append(whole, i)
 			continue
 		}
@@ -103,6 +108,15 @@ func planPacks(files []File) (whole []int, packs [][]packMember) {
 		}
 	}
 	return whole, packs
+}
+
+// seenOrStat is the stamp of f as the scan saw it, or as it is now when
+// the scan's is not known.
+func seenOrStat(f File) (fileStamp, error) {
+	if s := f.Seen; s != nil && !s.ModTime.IsZero() {
+		return fileStamp{Size: s.Size, ModTime: s.ModTime.UnixNano()}, nil
+	}
+	return f.stat()
 }
 
 // uploadPack sends one pack and returns the manifest entries of its files,
@@ -158,11 +172,12 @@ func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]mani
 // too (the pack's CRC32C), and returns its entry when it is unchanged
 // since the earlier step it may reuse (nil: it is to be sent).
 func (u *Uploader) hashMember(ctx context.Context, m *packMember, onBlock func([]byte)) (*manifest.File, error) {
-	fh, stamp, err := openRegular(m.f.LocalPath)
+	fh, stamp, opened, err := m.f.open()
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
 	defer fh.Close()
+	m.opened = opened
 	if stamp != m.stamp {
 		return nil, changed(m.stamp, stamp)
 	}
@@ -206,7 +221,7 @@ func (u *Uploader) packKey(send []*packMember) (string, int64) {
 func (u *Uploader) packCRC(ctx context.Context, send []*packMember) (uint32, error) {
 	var crc uint32
 	for _, m := range send {
-		fh, err := os.Open(m.f.LocalPath)
+		fh, err := m.f.reopen(m.opened)
 		if err != nil {
 			return 0, fmt.Errorf("upload %s: open: %w", m.f.RelPath, err)
 		}
@@ -236,7 +251,7 @@ func (u *Uploader) putPack(ctx context.Context, key string, size int64, crc uint
 		return err
 	})
 	for _, m := range send {
-		if cerr := checkUnchanged(m.f.LocalPath, m.stamp); cerr != nil {
+		if cerr := checkUnchanged(m.f, m.stamp); cerr != nil {
 			return fmt.Errorf("upload %s: %w", m.f.RelPath, cerr)
 		}
 	}
@@ -255,7 +270,7 @@ func (u *Uploader) leavePackCache(send []*packMember) {
 		if m.cache == nil {
 			continue
 		}
-		if fh, err := os.Open(m.f.LocalPath); err == nil {
+		if fh, err := m.f.reopen(m.opened); err == nil {
 			if err := m.cache.DropOthers(fh); err != nil {
 				u.opts.Logger.Debug("page cache: could not drop pages", zap.Error(err))
 			}
@@ -304,7 +319,7 @@ func (b *packBody) member() (*packMember, error) {
 		m = b.members[b.cur]
 	}
 	if b.open == nil {
-		fh, err := os.Open(m.f.LocalPath)
+		fh, err := m.f.reopen(m.opened)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.f.RelPath, err)
 		}

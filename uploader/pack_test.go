@@ -23,7 +23,13 @@ func TestPackBodyReadsAndSeeks(t *testing.T) {
 	for i, size := range []int64{0, 5, 0, 70000, 1, 0, 3} {
 		path := filepath.Join(dir, fmt.Sprint(i))
 		data := writeRandom(t, path, size, int64(i+1))
-		members = append(members, &packMember{f: File{LocalPath: path, RelPath: fmt.Sprint(i)}, stamp: fileStamp{Size: size}, off: int64(len(want))})
+		f := File{LocalPath: path, RelPath: fmt.Sprint(i)}
+		fh, _, opened, err := f.open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fh.Close()
+		members = append(members, &packMember{f: f, stamp: stampOf(opened), opened: opened, off: int64(len(want))})
 		want = append(want, data...)
 	}
 	b := &packBody{members: members, size: int64(len(want))}

@@ -218,10 +218,15 @@ func send(ctx context.Context, opts pushJob, state *State, attempt string, prevS
 			return nil, Stats{}, err
 		}
 	}
+	dir, err := openStepDir(opts.step)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	defer closeDir(dir)
 	files := make([]File, len(opts.step.Files))
 	for i, f := range opts.step.Files {
 		files[i] = File{LocalPath: f.LocalPath, RelPath: f.RelPath, Key: manifest.DataKey(opts.Prefix, opts.Step, attempt, f.RelPath), Rank: f.Rank,
-			Seen: SeenStamp(f.Size, f.ModTime)}
+			Dir: dir, Seen: &opts.step.Files[i]}
 		if old, ok := reuse[dedupKey(f.RelPath, opts.step.Root)]; ok && old.Size == f.Size {
 			files[i].Reuse = &old
 		}

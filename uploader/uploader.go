@@ -25,16 +25,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -113,29 +113,17 @@ type File struct {
 	// size. If the file's BLAKE3 equals Reuse.BLAKE3, the entry's object is
 	// referenced and nothing is sent.
 	Reuse *manifest.File
-	// Seen, when set, is the file's size and modification time when the
-	// step was found complete: the bytes its evidence vouches for. A file
-	// found otherwise when the uploader opens it is refused with
-	// ErrFileChanged rather than uploaded as it is now (a version nobody
-	// declared complete, say a copy killed halfway over it).
-	Seen fileStamp
-}
-
-// SeenStamp is the stamp File.Seen holds for a size and time as a scan
-// saw them; zero when the time is unknown.
-func SeenStamp(size int64, modTime time.Time) fileStamp {
-	if modTime.IsZero() {
-		return fileStamp{}
-	}
-	return fileStamp{Size: size, ModTime: modTime.UnixNano()}
-}
-
-// notAsSeen returns ErrFileChanged when f was seen with another stamp.
-func notAsSeen(f File, stamp fileStamp) error {
-	if f.Seen != (fileStamp{}) && f.Seen != stamp {
-		return changed(f.Seen, stamp)
-	}
-	return nil
+	// Dir, when set, is the directory RelPath is read beneath (the step's
+	// step.Step.Dir): no symbolic link is followed on the way. Without it
+	// the file is read beneath LocalPath's folder.
+	Dir *confine.Dir
+	// Seen, when set, is the file as the step was found complete: the
+	// bytes its evidence vouches for. The file opened must be that one
+	// (device and inode) with that size and modification time; a file
+	// found otherwise is refused with ErrFileChanged rather than uploaded
+	// as it is now (a version nobody declared complete, say a copy killed
+	// halfway over it, or a folder swapped for a link).
+	Seen *step.File
 }
 
 // Stats counts what an upload did.
@@ -328,32 +316,6 @@ func (u *Uploader) weight(n int64) int64 {
 	return min(max(n, minRequestWeight), u.opts.InFlightBytes)
 }
 
-// statFile returns the identity of a file's content used to detect changes.
-func statFile(path string) (fileStamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}, err
-	}
-	if !fi.Mode().IsRegular() {
-		return fileStamp{}, fmt.Errorf("%s is not a regular file", path)
-	}
-	return fileStamp{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, nil
-}
-
-// stampOpen returns the stamp of an opened file, which must be regular;
-// it closes fh on error.
-func stampOpen(fh *os.File, path string) (*os.File, fileStamp, error) {
-	fi, err := fh.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file", path)
-	}
-	if err != nil {
-		fh.Close()
-		return nil, fileStamp{}, err
-	}
-	return fh, fileStamp{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, nil
-}
-
 // fileStamp identifies a version of a file's content.
 type fileStamp struct {
 	Size    int64 `json:"size"`
@@ -364,8 +326,9 @@ type fileStamp struct {
 // being uploaded.
 var ErrFileChanged = errors.New("file changed while being uploaded")
 
-func checkUnchanged(path string, before fileStamp) error {
-	after, err := statFile(path)
+// checkUnchanged returns ErrFileChanged unless f has the stamp before.
+func checkUnchanged(f File, before fileStamp) error {
+	after, err := f.stat()
 	if err != nil {
 		return fmt.Errorf("stat after upload: %w", err)
 	}

@@ -3,23 +3,26 @@ package detect
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 
 	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // engine holds what both the long-running Watcher and a one-shot Scan need:
 // the options, the layout, the tree and the checks applied to a candidate
 // before it is reported.
 type engine struct {
-	opts      Options
-	log       *zap.Logger
-	layout    Layout
-	tree      *Tree
-	rootReal  string // the root with links resolved, for link checks
-	warned    map[string]bool
+	opts     Options
+	log      *zap.Logger
+	layout   Layout
+	tree     *Tree
+	rootReal string // the root with links resolved, for link checks
+	warned   map[string]bool
+	// openCheck, when set, replaces the readability check of a step's
+	// files (tests inject failures with it).
 	openCheck func(abs string) error
 	// torn caches tornReason by file path, size and time.
 	torn map[stat]string
@@ -42,13 +45,15 @@ func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
 
 // openForRead is the default readability check: the uploader will need to
 // open every file, so a file it cannot open is found now, as an Error event
-// for its step, rather than halfway through an upload.
-func openForRead(abs string) error {
-	f, err := os.Open(abs)
+// for its step, rather than halfway through an upload. It opens the file
+// as the uploader does, beneath the root and following no link, without
+// blocking on a FIFO swapped in, and refuses a hard-linked file.
+func openForRead(root *confine.Dir, f File) error {
+	fh, _, err := root.OpenRegular(f.RelPath)
 	if err != nil {
 		return err
 	}
-	return f.Close()
+	return fh.Close()
 }
 
 // rescan rebuilds the tree from disk and refreshes the resolved root.
@@ -143,7 +148,8 @@ func (e *engine) blockedByFiles(c *Candidate) string {
 // inside the root), all lists sorted.
 func (e *engine) build(c *Candidate) Step {
 	s := c.Step
-	s.Files = e.tree.located(s.Files)
+	s.Dir, s.Files = e.tree.root, e.tree.located(s.Files)
+	e.warnSpecial(s.Root)
 	seen := map[string]bool{}
 	var links []Symlink
 	for _, l := range append(append([]Symlink(nil), s.Symlinks...), rootLinks(e.tree, &s)...) {
@@ -162,12 +168,42 @@ func (e *engine) build(c *Candidate) Step {
 	return s
 }
 
+// warnSpecial warns, once per path, of the FIFOs, sockets and devices in
+// a step's folder: never part of a step (layouts take regular files and
+// links), so a checkpoint holding one is committed without it.
+func (e *engine) warnSpecial(root string) {
+	if root == "" {
+		return // files in the watched root: its other entries are no step's
+	}
+	e.tree.Walk(root, func(en Entry) {
+		if en.IsDir() || en.IsRegular() || en.IsSymlink() || en.Err != nil || e.warned["special\x00"+en.Path] {
+			return
+		}
+		e.warned["special\x00"+en.Path] = true
+		e.log.Warn("special file in a checkpoint skipped (a FIFO, socket or device is never uploaded)", zap.String("path", en.Path))
+	})
+}
+
 // readable returns the entry errors of a candidate and the errors opening
 // its files, joined, or nil.
 func (e *engine) readable(c *Candidate, s *Step) error {
 	errs := append([]error(nil), c.Errs...)
+	var root *confine.Dir
+	if e.openCheck == nil && len(s.Files) > 0 {
+		var err error
+		if root, err = confine.Open(e.tree.root); err != nil {
+			return fmt.Errorf("step %s: %w", s.Name(), err)
+		}
+		defer root.Close()
+	}
 	for _, f := range s.Files {
-		if err := e.openCheck(f.LocalPath); err != nil {
+		var err error
+		if e.openCheck != nil {
+			err = e.openCheck(f.LocalPath)
+		} else {
+			err = openForRead(root, f)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

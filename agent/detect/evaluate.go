@@ -235,7 +235,7 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 // files as they are now, and st.step for a Deleted event should it vanish.
 func (w *Watcher) writingStep(c *Candidate) Step {
 	s := Step{Number: c.Step.Number, Counted: c.Step.Number < 0, ID: c.id(), Root: c.Step.Root,
-		Files: w.tree.located(c.Step.Files)}
+		Dir: w.tree.root, Files: w.tree.located(c.Step.Files)}
 	w.states[c.id()].step = s
 	return s
 }

@@ -47,7 +47,8 @@ func Gather(sources []string, log *zap.Logger) (s Step, skipped []string, err er
 			return Step{}, nil, fmt.Errorf("push sources %s and %s have the same name %q", prev, src, name)
 		}
 		seen[name] = src
-		s.Files = append(s.Files, File{RelPath: name, LocalPath: src, Size: fi.Size(), ModTime: fi.ModTime(), Rank: RankOf(name)})
+		id, _ := idOf(fi)
+		s.Files = append(s.Files, File{RelPath: name, LocalPath: src, Size: fi.Size(), ModTime: fi.ModTime(), Dev: id.dev, Ino: id.ino, Rank: RankOf(name)})
 	}
 	sortStep(&s)
 	return s, nil, nil
@@ -64,7 +65,7 @@ func gatherDir(dir string, log *zap.Logger) (Step, []string, error) {
 	if err := e.rescan(nil); err != nil {
 		return Step{}, nil, fmt.Errorf("push source: %w", err)
 	}
-	var s Step
+	s := Step{Dir: abs}
 	var skipped []string
 	var walkErr error
 	e.tree.Walk("", func(en Entry) {
@@ -74,7 +75,8 @@ func gatherDir(dir string, log *zap.Logger) (Step, []string, error) {
 			walkErr = fmt.Errorf("push source %s: %w", e.tree.abs(en.Path), en.Err)
 		case en.IsDir():
 		case en.IsRegular():
-			s.Files = append(s.Files, File{RelPath: en.Path, LocalPath: e.tree.abs(en.Path), Size: en.Size, ModTime: en.ModTime, Rank: en.Rank()})
+			s.Files = append(s.Files, File{RelPath: en.Path, LocalPath: e.tree.abs(en.Path), Size: en.Size, ModTime: en.ModTime,
+				Dev: en.id.dev, Ino: en.id.ino, Rank: en.Rank()})
 		case en.IsSymlink():
 			if l, ok := e.checkLink(Symlink{RelPath: en.Path, Target: en.Target}); ok {
 				s.Symlinks = append(s.Symlinks, l)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // Entry is one path of the watched tree as last observed.
@@ -133,12 +135,16 @@ const maxSmallFile = 4096
 
 // ReadSmall reads the first 4 KiB of the regular file at p: enough for the
 // pointer files layouts consult (DeepSpeed's latest, Megatron's tracker).
+// It reads beneath the root and follows no link (a folder swapped for
+// one since the scan is refused), never blocks on a FIFO swapped in, and
+// refuses a hard-linked file, whose content a generated pointer file
+// would carry to the bucket.
 func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	e, ok := t.entries[p]
 	if !ok || !e.IsRegular() {
 		return nil, fs.ErrNotExist
 	}
-	f, err := os.Open(t.abs(p))
+	f, _, err := t.openRegular(p)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +152,29 @@ func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, maxSmallFile))
 }
 
-// located returns a copy of files with each one's LocalPath set.
+// openRegular opens the regular file at p (relative to the root) for
+// reading as the uploader does: beneath the root, following no link on the
+// way, without blocking on a FIFO, refusing a hard-linked file; the stat
+// is fstat's. Every read of a file's content by the detector goes through
+// it.
+func (t *Tree) openRegular(p string) (*os.File, confine.Stat, error) {
+	root, err := confine.Open(t.root)
+	if err != nil {
+		return nil, confine.Stat{}, err
+	}
+	defer root.Close()
+	return root.OpenRegular(p)
+}
+
+// located returns a copy of files with each one's LocalPath set, and its
+// device and inode as scanned: the uploader reads that file and no other.
 func (t *Tree) located(files []File) []File {
 	out := append([]File(nil), files...)
 	for i := range out {
 		out[i].LocalPath = t.abs(out[i].RelPath)
+		if e, ok := t.entries[out[i].RelPath]; ok {
+			out[i].Dev, out[i].Ino = e.id.dev, e.id.ino
+		}
 	}
 	return out
 }

@@ -71,7 +71,7 @@ func New(opts Options) (*Watcher, error) {
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return nil, fmt.Errorf("detect: %w", err)
 	}
-	e, err := newEngine(o, openForRead)
+	e, err := newEngine(o, nil)
 	if err != nil {
 		return nil, err
 	}

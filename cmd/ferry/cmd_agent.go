@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +36,7 @@ type agentOptions struct {
 	bandwidth     int64
 	keepLocal     int
 	metricsAddr   string
+	metricsChosen bool // --metrics-addr or FERRY_METRICS_ADDR given
 	settle        time.Duration
 	rescan        time.Duration
 	poll          bool
@@ -77,6 +80,7 @@ func newAgentCommand() *cli.Command {
 				concurrency:   c.Int("concurrency"),
 				keepLocal:     c.Int("keep-local"),
 				metricsAddr:   c.String("metrics-addr"),
+				metricsChosen: c.IsSet("metrics-addr"),
 				settle:        c.Duration("settle"),
 				rescan:        c.Duration("rescan-interval"),
 				poll:          c.Bool("poll"),
@@ -189,7 +193,10 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	defer ctl.Close()
-	ms := listenMetrics(o.metricsAddr, reg, log)
+	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, log)
+	if err != nil {
+		return err
+	}
 	// One cap for everything the agent sends: uploads and peers served.
 	limiter := ratelimit.New(o.bandwidth)
 	a, err := agent.New(agent.Options{
@@ -285,28 +292,35 @@ func (m optionalMetrics) close() {
 	}
 }
 
-// listenMetrics binds the metrics address. When it is taken (another
-// agent on the node) it warns, naming it, and binds a free port on the same
-// host instead, which `ferry status` shows.
-func listenMetrics(addr string, reg *prometheus.Registry, log *zap.Logger) optionalMetrics {
+// listenMetrics binds the metrics address. An address the operator chose
+// that is taken fails the start, naming it: a scraper or health check
+// pointed there would read whatever process holds it as this agent's
+// answers. The default one taken (several agents on a node) is a warning,
+// naming both, and a free port on the same host, which `ferry status`
+// shows. Other failures disable metrics with a warning: they never stop
+// uploads.
+func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, log *zap.Logger) (optionalMetrics, error) {
 	if addr == "" || addr == "off" {
-		return optionalMetrics{}
+		return optionalMetrics{}, nil
 	}
 	health := func() error { return nil }
 	m, err := control.ListenMetrics(addr, reg, health, log)
 	if err == nil {
-		return optionalMetrics{m}
+		return optionalMetrics{m}, nil
+	}
+	if chosen && errors.Is(err, syscall.EADDRINUSE) {
+		return optionalMetrics{}, fmt.Errorf("metrics address %s is taken by another process (a scraper there would read its answers as this agent's): give a free one with --metrics-addr or FERRY_METRICS_ADDR, or off", addr)
 	}
 	host, _, serr := net.SplitHostPort(addr)
-	if serr == nil {
+	if serr == nil && !chosen {
 		if alt, aerr := control.ListenMetrics(net.JoinHostPort(host, "0"), reg, health, log); aerr == nil {
-			log.Warn("metrics address unavailable; serving metrics on a free port instead (ferry status shows it)",
+			log.Warn("default metrics address taken; serving metrics on a free port instead (ferry status shows it; --metrics-addr chooses one)",
 				zap.String("wanted", addr), zap.String("addr", alt.Addr()), zap.Error(err))
-			return optionalMetrics{alt}
+			return optionalMetrics{alt}, nil
 		}
 	}
 	log.Warn("metrics disabled: cannot listen; uploads go on", zap.String("addr", addr), zap.Error(err))
-	return optionalMetrics{}
+	return optionalMetrics{}, nil
 }
 
 // watchdog pings systemd's watchdog while the agent runs.

@@ -28,7 +28,7 @@ func newVersionCommand() *cli.Command {
 }
 
 // printVersion writes one line, e.g.
-// "ferry v1.2.0 commit 940079d go1.26.8 linux/amd64", so that a job log
+// "ferry v1.2.0 commit 940079d go1.26.10 linux/amd64", so that a job log
 // or a bug report names exactly which binary ran.
 func printVersion(w io.Writer, version, commit string) error {
 	_, err := fmt.Fprintf(w, "ferry %s commit %s %s %s/%s\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)

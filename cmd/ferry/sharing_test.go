@@ -3,13 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
@@ -133,39 +140,39 @@ func TestAgentsShareStateDirAndNode(t *testing.T) {
 	}
 }
 
-// A taken metrics address is a warning naming it, never an exit.
+// A taken metrics address the operator chose fails the start, naming it
+// (a scraper there would read another process's answers as the agent's);
+// the default one taken moves to a free port with a warning naming both.
 func TestAgentMetricsAddressTaken(t *testing.T) {
 	srv := s3test.Shared(t)
 	env := sharedNodeEnv(t, srv)
 	watch, to := t.TempDir(), "s3://"+srv.NewBucket(t)+"/run"
-	first := startAgentProcess(t, env, "--watch", t.TempDir(), "--to", to+"-other", "--metrics-addr", "127.0.0.1:0")
-	var addr string
-	waitFor(t, "the first agent's metrics", 30*time.Second, func() bool {
-		r := jobFerry(t, env, "", to+"-other", "status", "--json")
-		var st control.Status
-		if r.code != 0 || decodeJSONErr(r.stdout, &st) != nil {
-			return false
-		}
-		addr = st.MetricsAddr
-		return addr != ""
-	})
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
 	second := startAgentProcess(t, env, "--watch", watch, "--to", to, "--metrics-addr", addr)
-	var st control.Status
-	waitFor(t, "the second agent's status", 30*time.Second, func() bool {
-		r := jobFerry(t, env, watch, to, "status", "--json")
-		return r.code == 0 && decodeJSONErr(r.stdout, &st) == nil
-	})
-	if st.MetricsAddr == "" || st.MetricsAddr == addr {
-		t.Errorf("second agent's metrics at %q, want a free port instead of %s", st.MetricsAddr, addr)
+	err = waitExit(t, second.Cmd, time.Minute)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("agent with a taken --metrics-addr: %v, want exit 1\n%s", err, second.logs.String())
 	}
-	if logs := second.logs.String(); !strings.Contains(logs, "metrics address unavailable") || !strings.Contains(logs, addr) {
-		t.Errorf("no warning naming %s:\n%s", addr, logs)
+	if logs := second.logs.String(); !strings.Contains(logs, "metrics address "+addr+" is taken") || !strings.Contains(logs, "--metrics-addr") {
+		t.Errorf("no error naming %s and the flag:\n%s", addr, logs)
 	}
-	for _, p := range []*agentProcess{first, second} {
-		_ = p.Process.Signal(syscall.SIGTERM)
-		if err := waitExit(t, p.Cmd, time.Minute); err != nil {
-			t.Fatalf("agent: %v", err)
-		}
+
+	// The default address taken: a free port, and a warning naming both.
+	reg := prometheus.NewRegistry()
+	core, logs := observer.New(zap.WarnLevel)
+	m, err := listenMetrics(addr, false, reg, zap.New(core))
+	if err != nil || m.MetricsServer == nil || m.addr() == addr {
+		t.Fatalf("default address taken: %v, serving at %q; want a free port", err, m.addr())
+	}
+	m.close()
+	if w := logs.FilterMessageSnippet("default metrics address taken").All(); len(w) != 1 || w[0].ContextMap()["wanted"] != addr {
+		t.Errorf("warnings %v, want one naming %s", logs.All(), addr)
 	}
 }
 

@@ -1,10 +1,6 @@
 package blake3tree
 
-import (
-	"unsafe"
-
-	"lukechampine.com/blake3/guts"
-)
+import "unsafe"
 
 // groupHasher computes the chaining value of full 16-chunk groups with the
 // AVX2 kernel: the chunks eight at a time, then the four levels of parents
@@ -18,8 +14,8 @@ type groupHasher struct {
 }
 
 var (
-	chunkFlags  = [3]uint32{0, guts.FlagChunkStart, guts.FlagChunkEnd}
-	parentFlags = [3]uint32{guts.FlagParent, 0, 0}
+	chunkFlags  = [3]uint32{0, flagChunkStart, flagChunkEnd}
+	parentFlags = [3]uint32{flagParent, 0, 0}
 )
 
 // cv returns the chaining value of the 16 chunks in p, the first at chunk
@@ -32,7 +28,7 @@ func (g *groupHasher) cv(p *[groupSize]byte, counter uint64) [8]uint32 {
 			ctr[i], ctr[8+i] = uint32(c), uint32(c>>32)
 		}
 		out := (*[8][8]uint32)(g.cvs[0][8*half:])
-		hash8(out, &p[8*half*guts.ChunkSize], guts.ChunkSize, guts.ChunkSize/guts.BlockSize, &ctr, &chunkFlags, &g.scratch)
+		hash8(out, &p[8*half*ChunkSize], ChunkSize, ChunkSize/blockSize, &ctr, &chunkFlags, &g.scratch)
 	}
 	var zero [16]uint32
 	src, dst := 0, 1

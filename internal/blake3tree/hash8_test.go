@@ -3,11 +3,9 @@ package blake3tree
 import (
 	"math/rand"
 	"testing"
-
-	"lukechampine.com/blake3/guts"
 )
 
-// hash8 gives each of eight chunks the chaining value guts computes for it,
+// hash8 gives each of eight chunks the chaining value compress.go computes for it,
 // at counters that cross a 32-bit boundary.
 func TestHash8Chunks(t *testing.T) {
 	if !haveHash8 {
@@ -23,9 +21,9 @@ func TestHash8Chunks(t *testing.T) {
 		}
 		var out [8][8]uint32
 		var sc [32][8]uint32
-		hash8(&out, &buf[0], ChunkSize, ChunkSize/64, &ctr, &[3]uint32{0, guts.FlagChunkStart, guts.FlagChunkEnd}, &sc)
+		hash8(&out, &buf[0], ChunkSize, ChunkSize/64, &ctr, &chunkFlags, &sc)
 		for i := range 8 {
-			want := guts.ChainingValue(guts.CompressChunk(buf[i*ChunkSize:(i+1)*ChunkSize], &guts.IV, base+uint64(i), 0))
+			want := chainingValue(compressChunk(buf[i*ChunkSize:(i+1)*ChunkSize], base+uint64(i)))
 			if out[i] != want {
 				t.Fatalf("counter %d, chunk %d: got %x, want %x", base, i, out[i], want)
 			}
@@ -33,7 +31,7 @@ func TestHash8Chunks(t *testing.T) {
 	}
 }
 
-// A group's chaining value from the kernel equals guts's.
+// A group's chaining value from the kernel equals compress.go's.
 func TestGroupCV(t *testing.T) {
 	if !haveHash8 {
 		t.Skip("no AVX2")
@@ -42,7 +40,7 @@ func TestGroupCV(t *testing.T) {
 	rand.New(rand.NewSource(2)).Read(buf[:])
 	var g groupHasher
 	for _, c := range []uint64{0, 16, 1<<32 - 5} {
-		want := guts.ChainingValue(guts.CompressBuffer(&buf, groupSize, &guts.IV, c, 0))
+		want := chainingValue(compressGroup(&buf, groupSize, c))
 		if got := g.cv(&buf, c); got != want {
 			t.Fatalf("counter %d: got %x, want %x", c, got, want)
 		}
@@ -61,10 +59,10 @@ func BenchmarkGroupHash8(b *testing.B) {
 	}
 }
 
-func BenchmarkGroupGuts(b *testing.B) {
+func BenchmarkGroupGeneric(b *testing.B) {
 	var buf [groupSize]byte
 	b.SetBytes(groupSize)
 	for b.Loop() {
-		guts.ChainingValue(guts.CompressBuffer(&buf, groupSize, &guts.IV, 0, 0))
+		chainingValue(compressGroup(&buf, groupSize, 0))
 	}
 }

@@ -30,6 +30,13 @@ type Step struct {
 	// checkpoint-200/tokenizer.json is compared with
 	// checkpoint-100/tokenizer.json when deduplicating.
 	Root string
+	// Dir is the directory the files' RelPath is relative to (the watched
+	// root, or the directory ferry push names): the uploader reads every
+	// file beneath it and follows no symbolic link on the way
+	// (internal/confine), so a folder swapped for a link after the scan
+	// is refused, not followed out of it. Empty: each file is read beneath
+	// its own folder (LocalPath's), as for files named one by one.
+	Dir string
 	// Files are the step's regular files, sorted by path.
 	Files []File
 	// Symlinks are links that belong to the step and point inside the root,
@@ -58,9 +65,14 @@ type File struct {
 	// LocalPath is where the file is on this machine.
 	LocalPath string
 	// Size and ModTime are as observed when the step was found complete;
-	// an uploader should check them again when it opens the file.
+	// the uploader reads the file only if it still has them (a zero
+	// ModTime: not known, not checked).
 	Size    int64
 	ModTime time.Time
+	// Dev and Ino identify the file the scan saw (0: not known, not
+	// checked): the uploader reads that file and no other, and the agent
+	// deletes (--keep-local) only that file.
+	Dev, Ino uint64
 	// Rank is the training rank the file belongs to when its name says
 	// (detect.RankOf), nil for files shared by all ranks.
 	Rank *int
