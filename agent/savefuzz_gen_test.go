@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -236,8 +235,6 @@ func (f *fz) file(rel string) {
 // ranks returns the order a save's ranks write in.
 func (f *fz) ranks() []int { return f.rng.Perm(1 + f.rng.Intn(3)) }
 
-// joinPath is path.Join for a step's relative paths.
-func joinPath(elem ...string) string { return path.Join(elem...) }
 
 // copyFile copies a file in place at its destination (shutil.copyfile).
 func (f *fz) copyFile(from, to string) {

@@ -3,8 +3,6 @@ package detect
 import (
 	"fmt"
 	"io"
-	"os"
-	"syscall"
 	"time"
 )
 
@@ -112,7 +110,7 @@ func (w *Watcher) notePointer() {
 		return
 	}
 	p, parse := pl.pointer()
-	data, mtime, err := readSmallAt(w.tree.abs(p))
+	data, mtime, err := readSmallAt(w.tree, p)
 	if err != nil {
 		return
 	}
@@ -143,23 +141,20 @@ func chosenLayout(l Layout) Layout {
 	return l
 }
 
-// readSmallAt reads the start of a small regular file without following a
-// link or blocking on a FIFO.
-func readSmallAt(abs string) ([]byte, time.Time, error) {
-	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// readSmallAt reads the start of a small regular file below t's root,
+// confined as every read is (no link followed, no FIFO blocked on), with
+// its modification time.
+func readSmallAt(t *Tree, rel string) ([]byte, time.Time, error) {
+	f, st, err := t.openRegular(rel)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return nil, time.Time{}, fmt.Errorf("%s is not a regular file", abs)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSmallFile))
-	if now, serr := f.Stat(); serr == nil && !now.ModTime().Equal(fi.ModTime()) {
-		return nil, time.Time{}, fmt.Errorf("%s changed while read", abs)
+	if now, serr := f.Stat(); serr == nil && !now.ModTime().Equal(st.ModTime) {
+		return nil, time.Time{}, fmt.Errorf("%s changed while read", rel)
 	}
-	return data, fi.ModTime(), err
+	return data, st.ModTime, err
 }
 
 // keepDeclared keeps finished a step a pointer declared complete once and

@@ -168,16 +168,17 @@ func writeSafetensors(t *testing.T, p string, dataLen int) []byte {
 
 func TestTornReason(t *testing.T) {
 	dir := t.TempDir()
+	tr := newTree(dir)
 	zipPath := filepath.Join(dir, "model.pt")
 	whole := writeTorchZip(t, zipPath)
-	if why := tornReason(zipPath, "model.pt"); why != "" {
+	if why := tornReason(tr, "model.pt"); why != "" {
 		t.Fatalf("a whole torch.save archive is torn: %s", why)
 	}
 	for _, cut := range []int{4, 30, len(whole) / 2, len(whole) - 23, len(whole) - 1} {
 		if err := os.WriteFile(zipPath, whole[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if why := tornReason(zipPath, "model.pt"); !strings.Contains(why, "cut short") {
+		if why := tornReason(tr, "model.pt"); !strings.Contains(why, "cut short") {
 			t.Errorf("archive cut at %d of %d bytes: %q, want cut short", cut, len(whole), why)
 		}
 	}
@@ -187,25 +188,24 @@ func TestTornReason(t *testing.T) {
 	if err := os.WriteFile(zipPath, broken, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if why := tornReason(zipPath, "model.pt"); !strings.Contains(why, "central directory") {
+	if why := tornReason(tr, "model.pt"); !strings.Contains(why, "central directory") {
 		t.Errorf("archive with a misplaced end record: %q", why)
 	}
 	st := filepath.Join(dir, "model.safetensors")
 	full := writeSafetensors(t, st, 4096)
-	if why := tornReason(st, "model.safetensors"); why != "" {
+	if why := tornReason(tr, "model.safetensors"); why != "" {
 		t.Fatalf("whole safetensors torn: %s", why)
 	}
 	for _, cut := range []int{12, len(full) - 4096, len(full) - 1} {
 		if err := os.WriteFile(st, full[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if why := tornReason(st, "model.safetensors"); why == "" {
+		if why := tornReason(tr, "model.safetensors"); why == "" {
 			t.Errorf("safetensors cut at %d of %d: not torn", cut, len(full))
 		}
 	}
-	other := filepath.Join(dir, "__0_0.distcp")
 	write(t, dir, "__0_0.distcp", "no format claim")
-	if why := tornReason(other, "__0_0.distcp"); why != "" {
+	if why := tornReason(tr, "__0_0.distcp"); why != "" {
 		t.Errorf("a file of no known format: %q", why)
 	}
 }

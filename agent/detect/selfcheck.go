@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 )
 
 // A file's own evidence. Some formats end with a record written after
@@ -39,20 +38,17 @@ const (
 	maxSafetensorsHeader = 64 << 20
 )
 
-// tornReason returns why the file at abs is cut short by its own format's
-// rules, or "" when it is whole or its format says nothing. Errors
-// reading it are not reported here (the readability check reports them).
-func tornReason(abs, name string) string {
-	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// tornReason returns why the file at rel (below t's root, opened as the
+// uploader opens it: confined, following no link) is cut short by its own
+// format's rules, or "" when it is whole or its format says nothing.
+// Errors opening it are not reported here (the readability check does).
+func tornReason(t *Tree, rel string) string {
+	f, st, err := t.openRegular(rel)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return ""
-	}
-	size := fi.Size()
+	name, size := rel, st.Size
 	head := make([]byte, 8)
 	if n, _ := io.ReadFull(f, head); n < len(head) {
 		if n >= 4 && string(head[:4]) == zipLocalMagic {
@@ -147,7 +143,7 @@ func (e *engine) tornFile(c *Candidate) (string, string) {
 		key := stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
 		why, ok := e.torn[key]
 		if !ok {
-			why = tornReason(e.tree.abs(f.RelPath), f.RelPath)
+			why = tornReason(e.tree, f.RelPath)
 			e.torn[key] = why
 		}
 		if why != "" {
