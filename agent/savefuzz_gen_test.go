@@ -235,7 +235,6 @@ func (f *fz) file(rel string) {
 // ranks returns the order a save's ranks write in.
 func (f *fz) ranks() []int { return f.rng.Perm(1 + f.rng.Intn(3)) }
 
-
 // copyFile copies a file in place at its destination (shutil.copyfile).
 func (f *fz) copyFile(from, to string) {
 	if f.dead {
