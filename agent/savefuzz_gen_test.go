@@ -45,7 +45,10 @@ type fz struct {
 	// ops counts operations; the one numbered crashAt kills the save.
 	ops, crashAt int
 	dead         bool
-	mu           sync.Mutex
+	// world is the job's number of ranks: a rolled-back job saving a step
+	// again has the same ranks, so its save overwrites every torn file.
+	world int
+	mu    sync.Mutex
 	// complete holds, per step key, every state the trainer completed.
 	complete map[string][]fileState
 	// history is the schedule as run, for a failure's report.
@@ -233,7 +236,12 @@ func (f *fz) file(rel string) {
 }
 
 // ranks returns the order a save's ranks write in.
-func (f *fz) ranks() []int { return f.rng.Perm(1 + f.rng.Intn(3)) }
+func (f *fz) ranks() []int {
+	if f.world == 0 {
+		f.world = 1 + f.rng.Intn(3)
+	}
+	return f.rng.Perm(f.world)
+}
 
 // copyFile copies a file in place at its destination (shutil.copyfile).
 func (f *fz) copyFile(from, to string) {

@@ -11,7 +11,7 @@ import (
 )
 
 // check is the oracle: it returns what the agent got wrong, "" if nothing.
-func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted map[string]bool, left []int64, flushErr error) string {
+func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted, gone map[string]bool, left []int64, flushErr error) string {
 	var problems []string
 	rec.mu.Lock()
 	seen := append([]*manifest.Manifest(nil), rec.seen...)
@@ -51,7 +51,7 @@ func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted
 			if latest[key] == nil && !reportedLost(st, key) {
 				problems = append(problems, fmt.Sprintf("step %s was completed, then deleted from disk, and is neither committed nor reported lost", key))
 			}
-		case !f.exists(dir) && dir != "":
+		case gone[key] || !f.exists(dir) && dir != "":
 		case maps.Equal(f.snapshot(dir), last) && !maps.Equal(latest[key], last):
 			problems = append(problems, fmt.Sprintf("step %s: its last completed state %v is on disk, but the bucket holds %v", key, last, latest[key]))
 		}

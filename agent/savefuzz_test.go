@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -131,7 +132,7 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	<-a.watching
-	lost := f.play(l)
+	lost, gone := f.play(l)
 	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	left, ferr := a.Flush(fctx)
 	fcancel()
@@ -140,7 +141,7 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	if err := <-done; err != nil {
 		t.Errorf("agent: %v", err)
 	}
-	if msg := f.check(l, rec, st, lost, left, ferr); msg != "" {
+	if msg := f.check(l, rec, st, lost, gone, left, ferr); msg != "" {
 		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
 		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
 			_ = os.CopyFS(filepath.Join(d, fmt.Sprintf("seed-%d", seed)), os.DirFS(f.dir))
@@ -151,8 +152,8 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 // play runs the schedule: saves (some killed halfway, some re-saving an
 // earlier step), pauses, cleanups and quick deletions. It returns the steps
 // it deleted after the trainer completed them.
-func (f *fz) play(l fuzzLayout) (deleted map[string]bool) {
-	deleted = map[string]bool{}
+func (f *fz) play(l fuzzLayout) (deleted, gone map[string]bool) {
+	deleted, gone = map[string]bool{}, map[string]bool{}
 	var onDisk []int64
 	next := int64(100)
 	for range 2 + f.rng.Intn(4) {
@@ -186,15 +187,23 @@ func (f *fz) play(l fuzzLayout) (deleted map[string]bool) {
 		case 1:
 			if l.name != "single" && len(onDisk) > 0 {
 				victim := onDisk[len(onDisk)-1]
+				key := strconv.FormatInt(victim, 10)
 				f.note("delete step %d soon after its save", victim)
 				time.Sleep(time.Duration(400+f.rng.Intn(1100)) * time.Millisecond)
+				states := f.complete[key]
+				// Only a step whose last completed state is what is
+				// deleted was complete when it went.
+				if len(states) > 0 && maps.Equal(f.snapshot(l.dir(victim)), states[len(states)-1]) {
+					deleted[key] = true
+				} else {
+					gone[key] = true
+				}
 				f.remove(l.dir(victim))
-				deleted[strconv.FormatInt(victim, 10)] = true
 				onDisk = onDisk[:len(onDisk)-1]
 			}
 		}
 	}
-	return deleted
+	return deleted, gone
 }
 
 func containsStep(s []int64, n int64) bool {

@@ -171,6 +171,15 @@ func underOrAt(p, dir string) (string, bool) {
 func (w *closeWatch) close() error { return w.f.Close() }
 
 // idOf returns a file's device and inode.
+// changeTime returns the inode's change time (set by the kernel on every
+// write, rename and link count change; no call sets it to another time).
+func changeTime(fi os.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return time.Time{}
+}
+
 func idOf(fi os.FileInfo) (fileID, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {

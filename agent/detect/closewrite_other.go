@@ -5,6 +5,7 @@ package detect
 import (
 	"errors"
 	"os"
+	"time"
 )
 
 // closeWatch is Linux-only; elsewhere the settle window decides.
@@ -18,6 +19,7 @@ func (*closeWatch) add(string) error          { return nil }
 func (*closeWatch) run(chan<- struct{}) error { return nil }
 func (*closeWatch) close() error              { return nil }
 func idOf(os.FileInfo) (fileID, bool)         { return fileID{}, false }
+func changeTime(os.FileInfo) time.Time        { return time.Time{} }
 
 // openForWriting cannot tell here: the settle window decides.
 func openForWriting(string) (bool, error) { return true, nil }

@@ -138,6 +138,7 @@ func (l *dcpLayout) requireMetadata(t *Tree, c *Candidate, dir string) {
 	}
 	under := dir + "/"
 	requireFresh(t, c, m.Path, func(f File) bool { return strings.HasPrefix(f.RelPath, under) })
+	requireSettledFolder(t, c, dir, m)
 }
 
 // mergeNeMoLast makes NeMo's "<name>-last" copy and "<name>" one step

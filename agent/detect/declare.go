@@ -71,6 +71,11 @@ func (w *Watcher) declared(c *Candidate) string {
 			return fmt.Sprintf("%s changed after %s declared the step complete, and %s now names a later step: the step was saved again without its own pointer write (an interrupted re-save?)", p, c.Step.Marker, c.Step.Marker)
 		}
 	}
+	if !c.Moved {
+		// Files the marker does not cover may land after it (another
+		// rank's): the declaration follows them while nothing is lost.
+		d.files = now
+	}
 	return ""
 }
 

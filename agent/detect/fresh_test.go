@@ -234,3 +234,33 @@ func TestTornFileHoldsStep(t *testing.T) {
 	h.expect(0)
 	h.expect(testSettle, "complete 100")
 }
+
+// A shard deleted from a DCP folder after its .metadata was renamed in (a
+// cleanup racing the save, seen by the watcher only afterwards) leaves a
+// folder the marker does not describe: the step waits until .metadata is
+// written again.
+func TestDCPFolderChangedAfterMarker(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "step-100/__0_0.distcp", "r0")
+	write(t, dir, "step-100/__1_0.distcp", "r1")
+	write(t, dir, "step-100/.metadata.tmp", "md")
+	if err := os.Rename(filepath.Join(dir, "step-100/.metadata.tmp"), filepath.Join(dir, "step-100/.metadata")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := os.Remove(filepath.Join(dir, "step-100/__0_0.distcp")); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, dir, Options{Layout: "dcp"})
+	h.expect(0)
+	h.expect(testSettle)
+	if p := h.w.Pending(); len(p) != 1 || !strings.Contains(p[0].Reason, "were created or deleted") {
+		t.Fatalf("pending %+v", p)
+	}
+	write(t, dir, "step-100/.metadata.tmp", "md again")
+	if err := os.Rename(filepath.Join(dir, "step-100/.metadata.tmp"), filepath.Join(dir, "step-100/.metadata")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(0)
+	h.expect(testSettle, "complete 100")
+}

@@ -218,3 +218,24 @@ func requireFresh(t *Tree, c *Candidate, markerPath string, covers func(File) bo
 	}
 	c.Step.Marker, c.Covers = markerPath, covers
 }
+
+// folderSlack absorbs the two inodes' timestamps of one rename coming from
+// clocks of different granularity (Linux's multigrain timestamps stamp an
+// inode finely only if someone looked at it since its last change).
+const folderSlack = 20 * time.Millisecond
+
+// requireSettledFolder applies, for a marker renamed into its folder last
+// (DCP's .metadata), the same rule to the folder's entries: the folder's
+// modification time moves when a file is created, deleted or renamed in
+// it, so a folder changed after the marker arrived (its change time, which
+// the rename sets) holds files the marker did not see, such as a cleanup
+// deleting a shard right after a save.
+func requireSettledFolder(t *Tree, c *Candidate, dir string, marker Entry) {
+	d, ok := t.Get(dir)
+	if !c.Finished || !ok || marker.ChangeTime.IsZero() || !d.ModTime.After(marker.ChangeTime.Add(folderSlack)) {
+		return
+	}
+	c.Finished, c.Stale = false, true
+	c.Waiting = fmt.Sprintf("files of %s were created or deleted %v after %s was written: the marker does not describe the folder as it is",
+		dir, d.ModTime.Sub(marker.ChangeTime).Round(time.Millisecond), marker.Path)
+}

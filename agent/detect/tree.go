@@ -23,6 +23,9 @@ type Entry struct {
 	// Size and ModTime are from lstat.
 	Size    int64
 	ModTime time.Time
+	// ChangeTime is the inode's change time where the platform gives it
+	// (a rename sets it: when a marker renamed into place arrived).
+	ChangeTime time.Time
 	// Target is a symlink's text.
 	Target string
 	// Err is set when the entry could not be examined (a directory that
@@ -245,7 +248,7 @@ func (t *Tree) remove(p string) {
 
 func entryFromInfo(p string, fi fs.FileInfo) Entry {
 	id, _ := idOf(fi)
-	return Entry{Path: p, Type: fi.Mode().Type(), Size: fi.Size(), ModTime: fi.ModTime(), id: id}
+	return Entry{Path: p, Type: fi.Mode().Type(), Size: fi.Size(), ModTime: fi.ModTime(), ChangeTime: changeTime(fi), id: id}
 }
 
 // sameDir reports whether a directory entry and the one before it at the
