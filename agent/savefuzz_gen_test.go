@@ -48,6 +48,9 @@ type fz struct {
 	// world is the job's number of ranks: a rolled-back job saving a step
 	// again has the same ranks, so its save overwrites every torn file.
 	world int
+	// torn holds the files a kill left cut short (the single layout's
+	// versions are made of whole files only).
+	torn map[string]bool
 	mu    sync.Mutex
 	// complete holds, per step key, every state the trainer completed.
 	complete map[string][]fileState
@@ -103,6 +106,7 @@ func (f *fz) write(rel string, size, chunks int, pause time.Duration) {
 	}
 	crash := f.next()
 	data := f.content(rel, size)
+	f.markTorn(rel, crash)
 	if crash {
 		data = data[:f.rng.Intn(len(data))]
 	}
@@ -145,6 +149,7 @@ func (f *fz) rename(from, to string) {
 	if f.dead || f.next() {
 		return
 	}
+	f.markTorn(to, f.torn[from])
 	f.note("  rename %s -> %s", from, to)
 	if err := os.Rename(f.abs(from), f.abs(to)); err != nil {
 		panic(err)
@@ -184,7 +189,7 @@ func (f *fz) snapshot(dir string) fileState {
 	if dir == "" {
 		entries, _ := os.ReadDir(f.dir)
 		for _, e := range entries {
-			if e.Type().IsRegular() && detect.IsCheckpointFile(e.Name()) {
+			if e.Type().IsRegular() && detect.IsCheckpointFile(e.Name()) && !f.torn[e.Name()] {
 				hash(e.Name())
 			}
 		}
@@ -253,6 +258,7 @@ func (f *fz) copyFile(from, to string) {
 	if err != nil {
 		panic(err)
 	}
+	f.markTorn(to, crash)
 	if crash {
 		data = data[:f.rng.Intn(len(data))]
 	}
@@ -260,4 +266,12 @@ func (f *fz) copyFile(from, to string) {
 	if err := os.WriteFile(f.abs(to), data, 0o644); err != nil {
 		panic(err)
 	}
+}
+
+// markTorn records whether a write left rel cut short.
+func (f *fz) markTorn(rel string, torn bool) {
+	if f.torn == nil {
+		f.torn = map[string]bool{}
+	}
+	f.torn[rel] = torn
 }

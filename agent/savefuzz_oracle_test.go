@@ -52,7 +52,9 @@ func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted
 				problems = append(problems, fmt.Sprintf("step %s was completed, then deleted from disk, and is neither committed nor reported lost", key))
 			}
 		case gone[key] || !f.exists(dir) && dir != "":
-		case maps.Equal(f.snapshot(dir), last) && !maps.Equal(latest[key], last):
+		case key == "single" && maps.Equal(f.snapshot(dir), last) && !holdsAll(latest[key], last):
+			problems = append(problems, fmt.Sprintf("the folder's last completed state %v is on disk, but the latest version holds %v", last, latest[key]))
+		case key != "single" && maps.Equal(f.snapshot(dir), last) && !maps.Equal(latest[key], last):
 			problems = append(problems, fmt.Sprintf("step %s: its last completed state %v is on disk, but the bucket holds %v", key, last, latest[key]))
 		}
 	}
@@ -92,4 +94,15 @@ func reportedLost(st control.Status, key string) bool {
 		}
 	}
 	return false
+}
+
+// holdsAll reports whether got holds every file of want as want has it: a
+// version of the single layout keeps files deleted locally since.
+func holdsAll(got, want fileState) bool {
+	for p, h := range want {
+		if got[p] != h {
+			return false
+		}
+	}
+	return true
 }

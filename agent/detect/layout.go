@@ -103,7 +103,7 @@ func newLayout(opts *Options) (Layout, error) {
 	}
 	log := opts.Logger
 	specific := func() []Layout {
-		return []Layout{composerLayout{}, deepspeedLayout{}, &megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}, singleLayout{}}
+		return []Layout{composerLayout{}, deepspeedLayout{}, &megatronLayout{}, hfLayout{}, &dcpLayout{pattern: pattern, log: log}, &singleLayout{log: log}}
 	}
 	switch opts.Layout {
 	case "auto":
@@ -141,14 +141,14 @@ func (a *autoLayout) Steps(t *Tree) []Candidate {
 }
 
 func (a *autoLayout) pick(t *Tree) Layout {
-	if _, single := a.chosen.(singleLayout); a.chosen != nil && !single {
+	if _, single := a.chosen.(*singleLayout); a.chosen != nil && !single {
 		return a.chosen
 	}
 	// The single layout matches any checkpoint file in the root (a
 	// trainer's args.pt saved before its first step folder): while it is
 	// the choice, a more specific layout that comes to match replaces it.
 	for _, l := range a.layouts {
-		if _, single := l.(singleLayout); single && a.chosen != nil {
+		if _, single := l.(*singleLayout); single && a.chosen != nil {
 			return a.chosen
 		}
 		if l.Recognize(t) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/zeebo/blake3"
+	"go.uber.org/zap"
 )
 
 // singleLayout: trainers that keep one file per checkpoint in the root and
@@ -26,6 +27,9 @@ import (
 //     resumes from. Unchanged files are deduplicated against the previous
 //     version: a version costs the bytes that changed. Folders and other
 //     files (logs, configs) are not part of it.
+//   - A file cut short by its own format (a killed copy over
+//     model_best.pth.tar) is left out of every version, with a warning,
+//     until it is written whole: the other files stay durable.
 //   - Marker: none. Each file is a whole checkpoint written in one go, so a
 //     file whose writer closed it, that no process holds open for writing
 //     and that is not cut short by its own format (selfcheck.go) is
@@ -38,7 +42,29 @@ import (
 //     unless the trainer wrote them so (model_best.pth.tar is copied after
 //     checkpoint.pth.tar is saved: a version between the two holds the new
 //     checkpoint with the previous best, which the trainer also had).
-type singleLayout struct{}
+type singleLayout struct {
+	log *zap.Logger
+	// tornCache holds tornReason by path, size and time.
+	tornCache map[stat]string
+}
+
+// torn returns why a file in the root is cut short, "" when it is whole,
+// reading each version of a file once; it warns once per version left out.
+func (l *singleLayout) torn(t *Tree, e *Entry) string {
+	key := stat{e.Path, e.Size, e.ModTime.UnixNano()}
+	why, ok := l.tornCache[key]
+	if !ok {
+		if l.tornCache == nil || len(l.tornCache) > 1<<12 {
+			l.tornCache = map[stat]string{}
+		}
+		why = tornReason(t, e.Path)
+		l.tornCache[key] = why
+		if why != "" && l.log != nil {
+			l.log.Warn("checkpoint file left out of the folder's versions until it is written whole", zap.String("file", e.Path), zap.String("reason", why))
+		}
+	}
+	return why
+}
 
 var checkpointExt = regexp.MustCompile(`(?i)\.(?:pt|pth|tar|ckpt|bin|safetensors|pkl|npz|h5|msgpack)$`)
 
@@ -51,9 +77,9 @@ func IsCheckpointFile(name string) bool {
 // singlePrefix starts the ID of every version the single layout reports.
 const singlePrefix = "single:"
 
-func (singleLayout) Name() string { return "single" }
+func (*singleLayout) Name() string { return "single" }
 
-func (singleLayout) Recognize(t *Tree) bool {
+func (*singleLayout) Recognize(t *Tree) bool {
 	for _, e := range t.Children("") {
 		if (e.IsRegular() || e.IsSymlink()) && IsCheckpointFile(e.Name()) {
 			return true
@@ -62,7 +88,7 @@ func (singleLayout) Recognize(t *Tree) bool {
 	return false
 }
 
-func (singleLayout) Steps(t *Tree) []Candidate {
+func (l *singleLayout) Steps(t *Tree) []Candidate {
 	c := Candidate{Step: Step{Number: -1}, Finished: true, Proof: ProofClosed}
 	for _, e := range t.Children("") {
 		name := e.Name()
@@ -74,6 +100,10 @@ func (singleLayout) Steps(t *Tree) []Candidate {
 		case !IsCheckpointFile(name) || e.IsDir():
 		case e.Err != nil:
 			c.Errs = append(c.Errs, e.Err)
+		case e.IsRegular() && l.torn(t, &e) != "":
+			// A file a killed writer left cut short is no checkpoint: the
+			// version is made of the whole ones (the trainer resumes from
+			// checkpoint.pth.tar whatever became of model_best).
 		default:
 			addEntry(&c, &e)
 		}
