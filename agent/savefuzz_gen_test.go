@@ -51,7 +51,7 @@ type fz struct {
 	// torn holds the files a kill left cut short (the single layout's
 	// versions are made of whole files only).
 	torn map[string]bool
-	mu    sync.Mutex
+	mu   sync.Mutex
 	// complete holds, per step key, every state the trainer completed.
 	complete map[string][]fileState
 	// history is the schedule as run, for a failure's report.
