@@ -57,6 +57,10 @@ func tornReason(t *Tree, rel string) string {
 		return ""
 	}
 	switch {
+	case strings.HasSuffix(name, ".distcp"):
+		// A DCP shard is a run of zip archives and raw storage, not one
+		// archive: its end says nothing; .metadata vouches for it.
+		return ""
 	case string(head[:4]) == zipLocalMagic:
 		return zipTorn(f, size)
 	case strings.HasSuffix(name, ".safetensors"):
