@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
@@ -46,6 +47,21 @@ type singleLayout struct {
 	log *zap.Logger
 	// tornCache holds tornReason by path, size and time.
 	tornCache map[stat]string
+}
+
+// abandonedAfter is how long a file cut short must stay unchanged, with no
+// writer, before it is taken as abandoned by a killed writer.
+const abandonedAfter = 2 * time.Second
+
+// abandoned reports whether a file is cut short by its format, held open
+// for writing by no process and unchanged for abandonedAfter: what a
+// killed writer leaves, not what a writer at work has written so far.
+func (l *singleLayout) abandoned(t *Tree, e *Entry) bool {
+	if l.torn(t, e) == "" || time.Since(e.ModTime) < abandonedAfter {
+		return false
+	}
+	open, err := openForWriting(t.abs(e.Path))
+	return err == nil && !open
 }
 
 // torn returns why a file in the root is cut short, "" when it is whole,
@@ -100,10 +116,11 @@ func (l *singleLayout) Steps(t *Tree) []Candidate {
 		case !IsCheckpointFile(name) || e.IsDir():
 		case e.Err != nil:
 			c.Errs = append(c.Errs, e.Err)
-		case e.IsRegular() && l.torn(t, &e) != "":
+		case e.IsRegular() && l.abandoned(t, &e):
 			// A file a killed writer left cut short is no checkpoint: the
 			// version is made of the whole ones (the trainer resumes from
-			// checkpoint.pth.tar whatever became of model_best).
+			// checkpoint.pth.tar whatever became of model_best). One being
+			// written stays in, and holds the version back.
 		default:
 			addEntry(&c, &e)
 		}

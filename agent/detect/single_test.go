@@ -74,7 +74,7 @@ func TestRunSingleLayoutLightningAndTornFile(t *testing.T) {
 	}
 	dir := t.TempDir()
 	opts := runOpts(dir, "single")
-	opts.Settle = time.Hour
+	opts.Settle = 3 * time.Second // when a torn file is looked at again
 	opts.CloseWrite = true
 	w := newWatcher(t, opts)
 	r := start(t, w)
