@@ -161,16 +161,16 @@ func saveSingle(f *fz, n int64) {
 		f.write("checkpoint.pth.tar.tmp", f.size(), c, p)
 		f.rename("checkpoint.pth.tar.tmp", "checkpoint.pth.tar")
 	}
+	// A version is made of the files that are whole: a kill leaves the
+	// others (what the trainer has on disk that is a checkpoint at all).
+	f.completed("single", "")
 	if f.dead {
 		return
 	}
-	f.completed("single", "")
 	if f.rng.Intn(2) == 0 {
 		f.sleep(f.gap())
 		f.copyFile("checkpoint.pth.tar", "model_best.pth.tar")
-		if !f.dead {
-			f.completed("single", "")
-		}
+		f.completed("single", "")
 	}
 	_ = n
 }

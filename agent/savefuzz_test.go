@@ -174,7 +174,10 @@ func (f *fz) play(l fuzzLayout) (deleted, gone map[string]bool) {
 		if f.exists(l.dir(n)) && !containsStep(onDisk, n) {
 			onDisk = append(onDisk, n)
 		}
-		time.Sleep(f.gap())
+		// The next save comes after training steps, or after a restart:
+		// never within the clock tick of this save's marker, where
+		// modification times cannot order two writes (docs/agent.md).
+		time.Sleep(minSaveGap + f.gap())
 		switch f.rng.Intn(8) {
 		case 0:
 			if len(onDisk) > 1 || l.name == "single" {
@@ -205,6 +208,9 @@ func (f *fz) play(l fuzzLayout) (deleted, gone map[string]bool) {
 	}
 	return deleted, gone
 }
+
+// minSaveGap is the least time between the end of a save and the next.
+const minSaveGap = 50 * time.Millisecond
 
 func containsStep(s []int64, n int64) bool {
 	for _, x := range s {

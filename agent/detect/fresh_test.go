@@ -182,6 +182,21 @@ func TestTornReason(t *testing.T) {
 			t.Errorf("archive cut at %d of %d bytes: %q, want cut short", cut, len(whole), why)
 		}
 	}
+	// As torch 2.x writes it: a zip64 end record and locator before the
+	// classic end record, whose own fields still fit in 32 bits.
+	z64 := withZip64End(whole)
+	if err := os.WriteFile(zipPath, z64, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if why := tornReason(tr, "model.pt"); why != "" {
+		t.Fatalf("a whole archive with zip64 end records is torn: %s", why)
+	}
+	if err := os.WriteFile(zipPath, z64[:len(z64)-30], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if why := tornReason(tr, "model.pt"); why == "" {
+		t.Fatal("an archive with zip64 end records cut short is not torn")
+	}
 	// Whole, then the central directory lost in the middle: the record no
 	// longer points at itself.
 	broken := append(append([]byte(nil), whole[:len(whole)/2]...), whole[len(whole)-22:]...)
@@ -266,4 +281,30 @@ func TestDCPFolderChangedAfterMarker(t *testing.T) {
 	}
 	h.expect(0)
 	h.expect(testSettle, "complete 100")
+}
+
+// withZip64End inserts a zip64 end of central directory record and its
+// locator before a classic archive's end record, as torch 2.x does.
+func withZip64End(whole []byte) []byte {
+	eocd := len(whole) - 22
+	cdSize := binary.LittleEndian.Uint32(whole[eocd+12:])
+	cdOffset := binary.LittleEndian.Uint32(whole[eocd+16:])
+	entries := binary.LittleEndian.Uint16(whole[eocd+10:])
+	rec := []byte("PK\x06\x06")
+	rec = binary.LittleEndian.AppendUint64(rec, 44)
+	rec = binary.LittleEndian.AppendUint16(rec, 45)
+	rec = binary.LittleEndian.AppendUint16(rec, 45)
+	rec = binary.LittleEndian.AppendUint32(rec, 0)
+	rec = binary.LittleEndian.AppendUint32(rec, 0)
+	rec = binary.LittleEndian.AppendUint64(rec, uint64(entries))
+	rec = binary.LittleEndian.AppendUint64(rec, uint64(entries))
+	rec = binary.LittleEndian.AppendUint64(rec, uint64(cdSize))
+	rec = binary.LittleEndian.AppendUint64(rec, uint64(cdOffset))
+	loc := []byte("PK\x06\x07")
+	loc = binary.LittleEndian.AppendUint32(loc, 0)
+	loc = binary.LittleEndian.AppendUint64(loc, uint64(eocd))
+	loc = binary.LittleEndian.AppendUint32(loc, 1)
+	out := append(append([]byte(nil), whole[:eocd]...), rec...)
+	out = append(out, loc...)
+	return append(out, whole[eocd:]...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -32,11 +33,18 @@ const (
 	zipLocalMagic = "PK\x03\x04"
 	zipEndMagic   = "PK\x05\x06"
 	zipEndLen     = 22
+	// zip64LocatorMagic starts the 20-byte zip64 end of central directory
+	// locator, which sits just before the classic end record.
+	zip64LocatorMagic = "PK\x06\x07"
+	zip64LocatorLen   = 20
 	zipMaxComment = 0xffff
 	// maxSafetensorsHeader bounds the header read: real headers are
 	// kilobytes to a few megabytes.
 	maxSafetensorsHeader = 64 << 20
 )
+
+// torchName matches the names of files torch.save and safetensors write.
+var torchName = regexp.MustCompile(`(?i)\.(?:pt|pth|pth\.tar|ckpt|safetensors)$`)
 
 // tornReason returns why the file at rel (below t's root, opened as the
 // uploader opens it: confined, following no link) is cut short by its own
@@ -51,8 +59,13 @@ func tornReason(t *Tree, rel string) string {
 	name, size := rel, st.Size
 	head := make([]byte, 8)
 	if n, _ := io.ReadFull(f, head); n < len(head) {
-		if n >= 4 && string(head[:4]) == zipLocalMagic {
+		switch {
+		case n >= 4 && string(head[:4]) == zipLocalMagic:
 			return "it is cut short (a zip archive, as torch.save writes, without its end record)"
+		case n == 0 && torchName.MatchString(name):
+			// No torch.save or safetensors file is empty: this one's
+			// writer truncated it and died before its first write.
+			return "it is empty (no torch.save or safetensors file is): its writer truncated it and wrote nothing"
 		}
 		return ""
 	}
@@ -93,6 +106,12 @@ func zipTorn(f *os.File, size int64) string {
 		end := size - n + int64(i)
 		if cdOffset == 0xffffffff || cdSize == 0xffffffff {
 			return "" // zip64: the record's presence at the end is the evidence
+		}
+		if i >= zip64LocatorLen && string(tail[i-zip64LocatorLen:i-zip64LocatorLen+4]) == zip64LocatorMagic {
+			// torch 2.x always writes a zip64 end record and its locator
+			// before the classic one: the central directory ends where
+			// the zip64 record, which the locator points at, begins.
+			end = int64(binary.LittleEndian.Uint64(tail[i-zip64LocatorLen+8:]))
 		}
 		if cdOffset+cdSize != end {
 			return fmt.Sprintf("its zip end record points at a central directory ending at byte %d, not at %d where the record is", cdOffset+cdSize, end)
