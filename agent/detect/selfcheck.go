@@ -37,7 +37,7 @@ const (
 	// locator, which sits just before the classic end record.
 	zip64LocatorMagic = "PK\x06\x07"
 	zip64LocatorLen   = 20
-	zipMaxComment = 0xffff
+	zipMaxComment     = 0xffff
 	// maxSafetensorsHeader bounds the header read: real headers are
 	// kilobytes to a few megabytes.
 	maxSafetensorsHeader = 64 << 20
