@@ -48,6 +48,7 @@ type agentOptions struct {
 	node          nodeInfo
 	keepRemote    int
 	allowEmpty    bool
+	unsafeCond    bool
 	priority      string
 	closeWrite    bool
 	pipeline      bool
@@ -91,6 +92,7 @@ func newAgentCommand() *cli.Command {
 				drainTimeout:  c.Duration("drain-timeout"),
 				keepRemote:    c.Int("keep-remote"),
 				allowEmpty:    c.Bool("allow-empty"),
+				unsafeCond:    c.Bool(unsafeConditionalFlag),
 				priority:      c.String("priority"),
 				closeWrite:    c.Bool("close-write"),
 				pipeline:      c.Bool("pipeline"),
@@ -193,6 +195,12 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	defer ctl.Close()
+	if err := proveConditionalWrites(ctx, o.remote, loc, base, o.unsafeCond, o.node.nodes, log); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing to drain
+		}
+		return fmt.Errorf("agent for %s: %w", loc, err)
+	}
 	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, log)
 	if err != nil {
 		return err
