@@ -217,7 +217,11 @@ func conditionalCheck(ctx context.Context, cfg Config) Result {
 	const check = "conditional writes"
 	t := storecheck.Target{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix}
 	err := storecheck.ConditionalWrites(ctx, cfg.Store, t)
+	var left *storecheck.LeftError
 	switch {
+	case errors.As(err, &left):
+		_ = cfg.Cache.Record(t)
+		return warn(check, "grant s3:DeleteObject under the prefix, and delete those objects by hand", "%v", err)
 	case errors.Is(err, storecheck.ErrNotEnforced):
 		_ = cfg.Cache.Forget(t)
 		return fail(check, "use a store that enforces conditional writes (docs/compatibility.md), or --unsafe-unconditional while one writer alone writes the prefix", "%v", err)

@@ -106,7 +106,14 @@ func Ensure(ctx context.Context, st store.Store, t Target, c Cache, log *zap.Log
 		return true, nil
 	}
 	start := time.Now()
-	if err := ConditionalWrites(ctx, st, t); err != nil {
+	err = ConditionalWrites(ctx, st, t)
+	var left *LeftError
+	if errors.As(err, &left) {
+		log.Warn("could not delete the scratch objects of the conditional-write check; delete them by hand (ferry needs no DELETE to push)",
+			zap.Strings("keys", left.Keys), zap.Error(left.Err))
+		err = nil
+	}
+	if err != nil {
 		return false, err
 	}
 	log.Info("checked the store: it refuses a second create-only PUT and a stale If-Match, as ferry's commit needs",

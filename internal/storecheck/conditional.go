@@ -62,7 +62,8 @@ const maxThrottled = 8
 // returns nil when both were refused with 412 (or 409), an error wrapping
 // ErrNotEnforced when the store accepted either or does not support them,
 // and another error when it could not find out (network, permissions).
-// The scratch objects are deleted in every case, as far as the store lets.
+// The scratch objects are deleted in every case, as far as the store lets:
+// a *LeftError says a passed check could not delete them.
 func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error) {
 	id, err := randomID()
 	if err != nil {
@@ -75,10 +76,14 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 		// Even when ctx was cancelled: the scratch objects must go.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		var left LeftError
 		for _, k := range []string{createKey, matchKey} {
-			if derr := st.Delete(dctx, k); derr != nil && err == nil {
-				err = fmt.Errorf("check conditional writes: delete the scratch object %s: %w", k, derr)
+			if derr := st.Delete(dctx, k); derr != nil {
+				left.Keys, left.Err = append(left.Keys, k), derr
 			}
+		}
+		if len(left.Keys) > 0 && err == nil {
+			err = &left
 		}
 	}()
 
@@ -106,6 +111,20 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 	}
 	return nil
 }
+
+// LeftError is ConditionalWrites' answer when the store passed the check
+// but its scratch objects could not be deleted (credentials allowed to
+// write but not to delete): the proof holds, and Keys are left behind.
+type LeftError struct {
+	Keys []string
+	Err  error
+}
+
+func (e *LeftError) Error() string {
+	return fmt.Sprintf("the store enforces conditional writes, but the scratch objects %v could not be deleted: %v", e.Keys, e.Err)
+}
+
+func (e *LeftError) Unwrap() error { return e.Err }
 
 // errAccepted is what refused reports when the store took the write.
 var errAccepted = errors.New("accepted")

@@ -176,3 +176,27 @@ func (s *countingStore) Put(ctx context.Context, key string, body io.ReadSeeker,
 	s.puts++
 	return s.Store.Put(ctx, key, body, size, opts)
 }
+
+// noDelete refuses every DELETE, as credentials allowed to write only.
+type noDelete struct{ store.Store }
+
+func (noDelete) Delete(context.Context, string) error { return errors.New("403 AccessDenied") }
+
+// TestConditionalWritesWithoutDelete: a store that passes but will not
+// delete the scratch objects still passes (a push needs no DELETE), and the
+// keys left are named.
+func TestConditionalWritesWithoutDelete(t *testing.T) {
+	mem := store.NewMemStore()
+	err := storecheck.ConditionalWrites(t.Context(), noDelete{mem}, target)
+	var left *storecheck.LeftError
+	if !errors.As(err, &left) || len(left.Keys) != 2 || !strings.Contains(err.Error(), "could not be deleted") {
+		t.Fatalf("got %v, want a LeftError naming the 2 scratch keys", err)
+	}
+	if k := keys(t, mem); len(k) != 2 || k[0] != left.Keys[0] && k[0] != left.Keys[1] {
+		t.Errorf("left in the store %q, named %q", k, left.Keys)
+	}
+	c := storecheck.Cache{Dir: t.TempDir()}
+	if _, err := storecheck.Ensure(t.Context(), noDelete{store.NewMemStore()}, target, c, nil); err != nil || !c.Proven(target) {
+		t.Errorf("Ensure without DELETE: %v, proven %v; want the proof recorded", err, c.Proven(target))
+	}
+}
