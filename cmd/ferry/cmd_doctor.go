@@ -64,19 +64,20 @@ func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr 
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
-	st, err := s3store.New(ctx, s3store.Config{
-		Endpoint: o.remote.Endpoint, Region: o.remote.Region, Profile: o.remote.Profile,
-		Bucket: loc.Bucket, MaxConns: 4, Logger: log,
-	})
+	st, err := openLocation(ctx, o.remote, loc, log, 4, nil)
 	if err != nil {
 		return err
+	}
+	var creds func(context.Context) (string, error)
+	if s3, ok := st.(*s3store.Store); ok {
+		creds = s3.CredentialSource
 	}
 	base := stateBase(o.stateDir)
 	detectOpts := o.detectOptions()
 	detectOpts.Logger = log
 	cfg := doctor.Config{
-		Endpoint: st.Endpoint(), Region: firstSet(o.remote.Region, os.Getenv("AWS_REGION")),
-		Bucket: loc.Bucket, Prefix: loc.Prefix, Store: st, CABundle: os.Getenv("AWS_CA_BUNDLE"),
+		Endpoint: s3store.ResolveEndpoint(o.remote.Endpoint), Region: firstSet(o.remote.Region, os.Getenv("AWS_REGION")),
+		Bucket: loc.Bucket, Prefix: loc.Prefix, Store: st, Credentials: creds, CABundle: os.Getenv("AWS_CA_BUNDLE"),
 		Detect: detectOpts, StateDir: base, Cache: storecheck.Cache{Dir: storesDir(base)},
 		MultipartSize: store.MinPartSize,
 	}

@@ -34,8 +34,12 @@ func conditionalWritesFlag() cli.Flag {
 // storesDir is where the proofs are kept under a base state dir.
 func storesDir(base string) string { return filepath.Join(base, "stores") }
 
-// storeTarget names loc's store for storecheck.
+// storeTarget names loc's store for storecheck: a folder is its own
+// endpoint, file://.
 func storeTarget(o remoteOptions, loc manifest.Location) storecheck.Target {
+	if loc.IsFile() {
+		return storecheck.Target{Endpoint: storecheck.FileEndpoint, Bucket: loc.Bucket, Prefix: loc.Prefix}
+	}
 	return storecheck.Target{Endpoint: s3store.ResolveEndpoint(o.Endpoint), Bucket: loc.Bucket, Prefix: loc.Prefix}
 }
 
@@ -48,10 +52,7 @@ func proveConditionalWrites(ctx context.Context, o remoteOptions, loc manifest.L
 		return usagef("--%s with %d nodes: the nodes of a job agree on who commits a step with create-only writes; it needs a store that enforces them",
 			unsafeConditionalFlag, nodes)
 	}
-	st, err := s3store.New(ctx, s3store.Config{
-		Endpoint: o.Endpoint, Region: o.Region, Profile: o.Profile, Bucket: loc.Bucket, MaxConns: 2,
-		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey, SessionToken: o.SessionToken, Logger: log,
-	})
+	st, err := openLocation(ctx, o, loc, log, 2, nil)
 	if err != nil {
 		return err
 	}

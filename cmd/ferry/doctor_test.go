@@ -143,3 +143,30 @@ func TestDoctorFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestDoctorFolder: a file:// destination has no endpoint, clock or
+// credentials to check; the folder's own checks pass and leave it empty.
+func TestDoctorFolder(t *testing.T) {
+	dest := t.TempDir()
+	r := ferry(t, nil, "doctor", "--json", "--watch", deepSpeedTree(t), "--to", "file://"+dest, "--state-dir", t.TempDir()).must(t, 0)
+	var d doctorResult
+	decodeJSON(t, r.stdout, &d)
+	for check, want := range map[string]string{"endpoint": "skip", "credentials": "skip", "bucket": "ok", "multipart": "ok", "conditional writes": "ok", "delete": "ok"} {
+		if got := d.status(check); got != want {
+			t.Errorf("%s: %s, want %s", check, got, want)
+		}
+	}
+	var left []string
+	_ = filepath.WalkDir(dest, func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.IsDir() && e.Name() == ".ferry" {
+			return filepath.SkipDir // the folder store's own locks
+		}
+		if err == nil && e.Type().IsRegular() {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Errorf("doctor left %q in the folder", left)
+	}
+}

@@ -10,13 +10,14 @@
 package doctor
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/ferrylabs/ferry/agent/detect"
-	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/storecheck"
 )
 
@@ -62,8 +63,11 @@ type Config struct {
 	Region   string
 	Bucket   string
 	Prefix   string
-	// Store opens the bucket as the agent would.
-	Store *s3store.Store
+	// Store opens the bucket (or folder) as the agent would.
+	Store store.Store
+	// Credentials returns where the store's credentials come from; nil
+	// for a folder (file://), which has no endpoint and no credentials.
+	Credentials func(context.Context) (string, error)
 	// CABundle is AWS_CA_BUNDLE, for the endpoint's TLS check.
 	CABundle string
 	// Detect is the agent's detection options (the watch dir among them).

@@ -21,6 +21,9 @@ import (
 // the endpoint, the credentials or the bucket fail, the checks that need
 // them are skipped.
 func Remote(ctx context.Context, cfg Config) []Result {
+	if cfg.Credentials == nil {
+		return folder(ctx, cfg)
+	}
 	ep, serverDate, rtt := endpointCheck(ctx, cfg)
 	rs := []Result{ep, clockCheck(ep, serverDate, rtt)}
 	if ep.Status == Fail {
@@ -41,6 +44,20 @@ func Remote(ctx context.Context, cfg Config) []Result {
 
 // bucketChecks are the checks that need a bucket to write to, in order.
 var bucketChecks = []string{"write (PUT)", "read (GET)", "list", "multipart", "delete", "conditional writes"}
+
+// folder runs the checks of a file:// destination: no endpoint, clock or
+// credentials; the folder must list, and take writes as a bucket would.
+func folder(ctx context.Context, cfg Config) []Result {
+	rs := skipAll("a folder (file://), not an S3 endpoint", "endpoint", "clock", "credentials")
+	err := cfg.Store.List(ctx, cfg.Prefix, "", 1, func(store.ObjectInfo) error { return nil })
+	if err != nil {
+		rs = append(rs, fail("bucket", "create the folder, or fix --to (FERRY_TO)", "folder %s: %v", cfg.Bucket, err))
+		return append(rs, skipAll("the folder cannot be listed", bucketChecks...)...)
+	}
+	rs = append(rs, ok("bucket", "folder %s lists", cfg.Bucket))
+	rs = append(rs, permissions(ctx, cfg)...)
+	return append(rs, conditionalCheck(ctx, cfg))
+}
 
 func skipAll(why string, checks ...string) []Result {
 	out := make([]Result, len(checks))
@@ -176,7 +193,7 @@ func clockCheck(ep Result, server time.Time, rtt time.Duration) Result {
 }
 
 func credentialsCheck(ctx context.Context, cfg Config) Result {
-	src, err := cfg.Store.CredentialSource(ctx)
+	src, err := cfg.Credentials(ctx)
 	if err != nil {
 		return fail("credentials", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (--profile)", "none found: %v", err)
 	}
@@ -216,6 +233,9 @@ func reason(err error) string {
 func conditionalCheck(ctx context.Context, cfg Config) Result {
 	const check = "conditional writes"
 	t := storecheck.Target{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix}
+	if cfg.Credentials == nil {
+		t.Endpoint = storecheck.FileEndpoint
+	}
 	err := storecheck.ConditionalWrites(ctx, cfg.Store, t)
 	var left *storecheck.LeftError
 	switch {

@@ -247,6 +247,3 @@ func (s *Store) CredentialSource(ctx context.Context) (string, error) {
 	}
 	return creds.Source, nil
 }
-
-// Endpoint returns the resolved endpoint URL, "" for AWS S3.
-func (s *Store) Endpoint() string { return s.endpoint }

@@ -40,8 +40,16 @@ type Target struct {
 	Endpoint, Bucket, Prefix string
 }
 
-// Name describes the store for messages: its bucket and endpoint.
+// FileEndpoint is the Endpoint of a folder (file://), whose Bucket is the
+// folder's path.
+const FileEndpoint = "file://"
+
+// Name describes the store for messages: its bucket and endpoint, or the
+// folder.
 func (t Target) Name() string {
+	if t.Endpoint == FileEndpoint {
+		return "folder " + t.Bucket
+	}
 	ep := t.Endpoint
 	if ep == "" {
 		ep = "AWS S3"
