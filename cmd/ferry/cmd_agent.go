@@ -211,7 +211,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	defer ctl.Close()
-	if err := proveConditionalWrites(ctx, o.remote, loc, base, o.unsafeCond, o.node.nodes, log); err != nil {
+	if err := proveConditionalWrites(ctx, st, o.remote, loc, base, o.unsafeCond, o.node.nodes, log); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: nothing to drain
 		}

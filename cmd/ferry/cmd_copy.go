@@ -198,7 +198,7 @@ func openDestination(ctx context.Context, o copyOptions, log *zap.Logger, counte
 	if err != nil {
 		return nil, manifest.Location{}, fmt.Errorf("copy to %s: %w", loc, destinationError{err})
 	}
-	if err := proveConditionalWrites(ctx, to, loc, defaultStateDir(), o.unsafeCond, 1, log); err != nil {
+	if err := proveConditionalWrites(ctx, st, to, loc, defaultStateDir(), o.unsafeCond, 1, log); err != nil {
 		return nil, manifest.Location{}, fmt.Errorf("copy to %s: %w", loc, destinationError{err})
 	}
 	return st, loc, nil

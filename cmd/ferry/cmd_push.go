@@ -201,8 +201,8 @@ func push(ctx context.Context, o pushOptions, stderr io.Writer) (pushSummary, up
 	if len(s.Files) == 0 && !o.allowEmpty {
 		return sum, uploader.PushResult{}, fmt.Errorf("push %s: no files found, nothing committed; point at the checkpoint, or pass --allow-empty to commit an empty step", strings.Join(o.sources, " "))
 	}
-	if err := proveConditionalWrites(ctx, o.remote, loc, stateBase(o.stateDir), o.unsafeCond, o.node.nodes, log); err != nil {
-		return sum, uploader.PushResult{}, fmt.Errorf("push to %s: %w", loc, err)
+	if err := proveConditionalWrites(ctx, st, o.remote, loc, stateBase(o.stateDir), o.unsafeCond, o.node.nodes, log); err != nil {
+		return sum, uploader.PushResult{}, fmt.Errorf("push step %d: %w", o.step, err)
 	}
 	if o.node.nodes > 1 {
 		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/s3store"
+	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/storecheck"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -43,21 +44,27 @@ func storeTarget(o remoteOptions, loc manifest.Location) storecheck.Target {
 	return storecheck.Target{Endpoint: s3store.ResolveEndpoint(o.Endpoint), Bucket: loc.Bucket, Prefix: loc.Prefix}
 }
 
-// proveConditionalWrites runs the check for loc's store unless base's
-// cache holds a proof. A store that fails it is refused, or with unsafe a
-// warning is logged and the command goes on. The check opens a store of
-// its own, so that its requests stay out of the command's request counts.
-func proveConditionalWrites(ctx context.Context, o remoteOptions, loc manifest.Location, base string, unsafe bool, nodes int, log *zap.Logger) error {
+// proveConditionalWrites runs the check on st, the command's store of loc,
+// unless base's cache holds a proof. A store that fails it is refused, or
+// with unsafe a warning is logged and the command goes on. The check's
+// requests stay out of the command's request counts: on the S3 store's
+// own connections with an uncounted context, on a folder through a store
+// of its own.
+func proveConditionalWrites(ctx context.Context, st store.Store, o remoteOptions, loc manifest.Location, base string, unsafe bool, nodes int, log *zap.Logger) error {
 	if unsafe && nodes > 1 {
 		return usagef("--%s with %d nodes: the nodes of a job agree on who commits a step with create-only writes; it needs a store that enforces them",
 			unsafeConditionalFlag, nodes)
 	}
-	st, err := openLocation(ctx, o, loc, log, 2, nil)
-	if err != nil {
-		return err
+	if _, ok := st.(*s3store.Store); ok {
+		ctx = s3store.Uncounted(ctx)
+	} else {
+		var err error
+		if st, err = openLocation(ctx, o, loc, log, 2, nil); err != nil {
+			return err
+		}
 	}
 	target := storeTarget(o, loc)
-	_, err = storecheck.Ensure(ctx, st, target, storecheck.Cache{Dir: storesDir(base)}, log)
+	_, err := storecheck.Ensure(ctx, st, target, storecheck.Cache{Dir: storesDir(base)}, log)
 	switch {
 	case err == nil:
 		return nil

@@ -80,12 +80,18 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 	dir := manifest.ScratchPrefix(t.Prefix) + "condwrite-" + id
 	createKey, matchKey := dir+"-create", dir+"-match"
 	first := []byte("ferry conditional-write check " + id + ": the first write\n")
+	// written holds the keys a PUT may have created, the ones to delete: a
+	// PUT refused outright (a missing bucket, no permission) wrote nothing.
+	written := map[string]bool{}
 	defer func() {
 		// Even when ctx was cancelled: the scratch objects must go.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		var left LeftError
 		for _, k := range []string{createKey, matchKey} {
+			if !written[k] {
+				continue
+			}
 			if derr := st.Delete(dctx, k); derr != nil {
 				left.Keys, left.Err = append(left.Keys, k), derr
 			}
@@ -95,14 +101,18 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 		}
 	}()
 
-	if _, err := put(ctx, st, createKey, first, store.PutOptions{IfNoneMatch: true}); err != nil {
+	_, err = put(ctx, st, createKey, first, store.PutOptions{IfNoneMatch: true})
+	written[createKey] = mayHaveWritten(err)
+	if err != nil {
 		if unsupported(err) {
 			return fmt.Errorf("%s: %w: it does not support a create-only PUT (If-None-Match: *): %v; ferry commits every step with one",
 				t.Name(), ErrNotEnforced, err)
 		}
 		return fmt.Errorf("check conditional writes: create-only PUT of %s: %w", createKey, err)
 	}
-	if _, err := put(ctx, st, matchKey, []byte("ferry conditional-write check "+id+": the object If-Match is tried on\n"), store.PutOptions{}); err != nil {
+	_, err = put(ctx, st, matchKey, []byte("ferry conditional-write check "+id+": the object If-Match is tried on\n"), store.PutOptions{})
+	written[matchKey] = mayHaveWritten(err)
+	if err != nil {
 		return fmt.Errorf("check conditional writes: put %s: %w", matchKey, err)
 	}
 
@@ -175,6 +185,17 @@ func describe(t Target, err error, cond, unsafe string) error {
 func put(ctx context.Context, st store.Store, key string, data []byte, opts store.PutOptions) (store.ObjectInfo, error) {
 	opts.CRC32C = store.CRC32C(data)
 	return st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
+}
+
+// mayHaveWritten reports whether a PUT that returned err may have created
+// its object: not when the store refused it outright with a 4xx (a
+// missing bucket, no permission, an unsupported header).
+func mayHaveWritten(err error) bool {
+	if err == nil {
+		return true
+	}
+	status := httpStatus(err)
+	return !errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) && (status < 400 || status >= 500 || status == http.StatusRequestTimeout)
 }
 
 // unsupported reports whether err is a server saying it does not know the

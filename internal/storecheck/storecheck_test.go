@@ -200,3 +200,29 @@ func TestConditionalWritesWithoutDelete(t *testing.T) {
 		t.Errorf("Ensure without DELETE: %v, proven %v; want the proof recorded", err, c.Proven(target))
 	}
 }
+
+// noBucket refuses every PUT as a missing bucket does, and counts what
+// else is asked of it.
+type noBucket struct {
+	store.Store
+	deletes int
+}
+
+func (*noBucket) Put(context.Context, string, io.ReadSeeker, int64, store.PutOptions) (store.ObjectInfo, error) {
+	return store.ObjectInfo{}, fmt.Errorf("put: %w", store.ErrNoBucket)
+}
+
+func (s *noBucket) Delete(context.Context, string) error { s.deletes++; return nil }
+
+// TestConditionalWritesMissingBucket: a PUT refused outright wrote nothing,
+// so nothing is deleted: the check stops at its first request.
+func TestConditionalWritesMissingBucket(t *testing.T) {
+	st := &noBucket{Store: store.NewMemStore()}
+	err := storecheck.ConditionalWrites(t.Context(), st, target)
+	if !errors.Is(err, store.ErrNoBucket) || errors.Is(err, storecheck.ErrNotEnforced) {
+		t.Fatalf("got %v, want the missing bucket", err)
+	}
+	if st.deletes != 0 {
+		t.Errorf("%d DELETEs after a refused PUT, want none", st.deletes)
+	}
+}
