@@ -102,7 +102,9 @@ type uncountedKey struct{}
 // a check the command makes besides its work (the conditional-write
 // check), on the same connections but outside the command's request
 // counts.
-func Uncounted(ctx context.Context) context.Context { return context.WithValue(ctx, uncountedKey{}, true) }
+func Uncounted(ctx context.Context) context.Context {
+	return context.WithValue(ctx, uncountedKey{}, true)
+}
 
 func addAttemptMiddleware(onRequest func(string), log *zap.Logger) func(*middleware.Stack) error {
 	m := &attemptMiddleware{onRequest: onRequest, log: log}
