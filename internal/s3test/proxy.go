@@ -71,6 +71,7 @@ func (s *Server) withProxy(cfg s3proxy.Config) (*Server, *s3proxy.Proxy, error) 
 		Region:    s.Region,
 		Dir:       s.Dir,
 		bin:       s.bin,
+		kind:      s.kind,
 		addr:      strings.TrimPrefix(px.URL(), "http://"),
 		// Not the server's process to stop.
 		shared: true,
