@@ -104,6 +104,11 @@ func ManifestsPrefix(prefix string) string { return join(prefix, "manifests/") }
 // DataPrefix is the key prefix under which file objects live.
 func DataPrefix(prefix string) string { return join(prefix, "data/") }
 
+// ScratchPrefix is the key prefix of the short-lived objects ferry writes
+// and deletes again while it checks the store (the conditional-write check,
+// ferry doctor). Nothing reads them as part of a step.
+func ScratchPrefix(prefix string) string { return join(prefix, "scratch/") }
+
 // PartsPrefix is the key prefix under which node part manifests live.
 func PartsPrefix(prefix string) string { return join(prefix, "parts/") }
 

@@ -196,8 +196,16 @@ func TestAgentSurvivesSIGKILL(t *testing.T) {
 	}
 	sent := proxy.bodyBytes.Load()
 	t.Logf("bytes sent over 4 runs: %d (%.2fx the checkpoint bytes)", sent, float64(sent)/total)
-	if sent > total*3/2 {
-		t.Errorf("sent %d bytes for %d bytes of checkpoints: resumption should keep it under 1.5x", sent, total)
+	limit, why := int64(total*3/2), "resumption should keep it under 1.5x"
+	if srv.Kind() == s3test.SeaweedFS {
+		// Its ListParts leaves out the parts' checksums, so the parts of
+		// an upload cut by a kill are sent again (docs/compatibility.md):
+		// at most what each of the 3 killed runs sent, plus a part in
+		// flight per connection.
+		limit, why = total+3*(20<<20+2*5<<20), "without resumed parts, at most what the killed runs sent again"
+	}
+	if sent > limit {
+		t.Errorf("sent %d bytes for %d bytes of checkpoints: %s", sent, total, why)
 	}
 	for _, s := range steps {
 		dst := t.TempDir()

@@ -73,6 +73,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			newCommitCommand(),
 			newPruneCommand(),
 			newAgentCommand(),
+			newDoctorCommand(),
 			newVersionCommand(),
 		},
 	}

@@ -57,6 +57,19 @@ func TestCLIRequestBudget(t *testing.T) {
 	within(t, "push: CompleteMultipartUpload", push.data[s3proxy.OpCompleteMultipartUpload], multis)
 	within(t, "push: other data requests", push.dataOther(), 0)
 	within(t, "push: requests besides data uploads", push.otherTotal(), 5)
+	// Once per store and state dir: the conditional-write check writes two
+	// scratch objects, tries to replace each (refused), deletes them.
+	within(t, "push: conditional-write check PutObject", push.scratch[s3proxy.OpPutObject], 4)
+	within(t, "push: conditional-write check DeleteObject", push.scratch[s3proxy.OpDeleteObject], 2)
+	// Behind the R2 rules, a write answered 429 costs the store a HEAD.
+	within(t, "push: conditional-write check HeadObject", push.scratch[s3proxy.OpHeadObject], 2)
+	scratchOther := 0
+	for op, n := range push.scratch {
+		if op != s3proxy.OpPutObject && op != s3proxy.OpDeleteObject && op != s3proxy.OpHeadObject {
+			scratchOther += n
+		}
+	}
+	within(t, "push: conditional-write check, other requests", scratchOther, 0)
 
 	px.Reset()
 	dst := filepath.Join(t.TempDir(), "out")
@@ -75,7 +88,9 @@ func TestCLIRequestBudget(t *testing.T) {
 // and the rest (manifests, listings), retries left out.
 type budget struct {
 	data, other map[string]int
-	retries     []string
+	// scratch counts the requests of the conditional-write check.
+	scratch map[string]int
+	retries []string
 }
 
 func (b budget) dataOther() int {
@@ -120,7 +135,7 @@ func (b budget) String() string {
 // is left out.
 func tally(t *testing.T, rs []s3proxy.Request, dataPrefix string) budget {
 	t.Helper()
-	b := budget{data: map[string]int{}, other: map[string]int{}}
+	b := budget{data: map[string]int{}, other: map[string]int{}, scratch: map[string]int{}}
 	failed := map[string]bool{}
 	for _, r := range rs {
 		id := r.Op + " " + r.Key + "?" + r.RawQuery
@@ -130,9 +145,12 @@ func tally(t *testing.T, rs []s3proxy.Request, dataPrefix string) budget {
 			b.retries = append(b.retries, r.String())
 			continue
 		}
-		if strings.HasPrefix(r.Key, dataPrefix) {
+		switch {
+		case strings.HasPrefix(r.Key, dataPrefix):
 			b.data[r.Op]++
-		} else {
+		case strings.Contains("/"+r.Key, "/scratch/condwrite-"):
+			b.scratch[r.Op]++
+		default:
 			b.other[r.Op]++
 		}
 	}

@@ -48,6 +48,7 @@ type agentOptions struct {
 	node          nodeInfo
 	keepRemote    int
 	allowEmpty    bool
+	unsafeCond    bool
 	priority      string
 	closeWrite    bool
 	pipeline      bool
@@ -71,51 +72,68 @@ func newAgentCommand() *cli.Command {
 			if c.Args().Len() > 0 {
 				return usagef("agent takes no arguments (got %q); use --watch DIR", c.Args().First())
 			}
-			o := agentOptions{
-				remote:        readRemoteOptions(c),
-				watch:         c.String("watch"),
-				to:            c.String("to"),
-				layout:        c.String("layout"),
-				stateDir:      c.String("state-dir"),
-				concurrency:   c.Int("concurrency"),
-				keepLocal:     c.Int("keep-local"),
-				metricsAddr:   c.String("metrics-addr"),
-				metricsChosen: c.IsSet("metrics-addr"),
-				settle:        c.Duration("settle"),
-				rescan:        c.Duration("rescan-interval"),
-				poll:          c.Bool("poll"),
-				pollInterval:  c.Duration("poll-interval"),
-				stepPattern:   c.String("step-pattern"),
-				expectedRanks: c.Int("expected-ranks"),
-				noMarker:      c.Bool("no-marker"),
-				drainTimeout:  c.Duration("drain-timeout"),
-				keepRemote:    c.Int("keep-remote"),
-				allowEmpty:    c.Bool("allow-empty"),
-				priority:      c.String("priority"),
-				closeWrite:    c.Bool("close-write"),
-				pipeline:      c.Bool("pipeline"),
-				whenBehind:    c.String("when-behind"),
-				servePeers:    c.String("serve-peers"),
-				peerTLS:       c.Bool("peer-tls"),
-				noPack:        !c.Bool("pack"),
-			}
-			var err error
-			if o.servePeers != "" {
-				if o.peerToken, err = readPeerToken(c); err != nil {
-					return err
-				}
-			}
-			if o.node, err = readNodes(c, os.Getenv); err != nil {
-				return err
-			}
-			if o.partSize, err = sizeFlag(c, "part-size"); err != nil {
-				return err
-			}
-			if o.bandwidth, err = rateFlag(c, "bandwidth"); err != nil {
+			o, err := readAgentOptions(c)
+			if err != nil {
 				return err
 			}
 			return runAgent(c.Context, o, c.App.ErrWriter)
 		},
+	}
+}
+
+// readAgentOptions converts the agent's flags (also ferry doctor's) once.
+func readAgentOptions(c *cli.Context) (agentOptions, error) {
+	o := agentOptions{
+		remote:        readRemoteOptions(c),
+		watch:         c.String("watch"),
+		to:            c.String("to"),
+		layout:        c.String("layout"),
+		stateDir:      c.String("state-dir"),
+		concurrency:   c.Int("concurrency"),
+		keepLocal:     c.Int("keep-local"),
+		metricsAddr:   c.String("metrics-addr"),
+		metricsChosen: c.IsSet("metrics-addr"),
+		settle:        c.Duration("settle"),
+		rescan:        c.Duration("rescan-interval"),
+		poll:          c.Bool("poll"),
+		pollInterval:  c.Duration("poll-interval"),
+		stepPattern:   c.String("step-pattern"),
+		expectedRanks: c.Int("expected-ranks"),
+		noMarker:      c.Bool("no-marker"),
+		drainTimeout:  c.Duration("drain-timeout"),
+		keepRemote:    c.Int("keep-remote"),
+		allowEmpty:    c.Bool("allow-empty"),
+		unsafeCond:    c.Bool(unsafeConditionalFlag),
+		priority:      c.String("priority"),
+		closeWrite:    c.Bool("close-write"),
+		pipeline:      c.Bool("pipeline"),
+		whenBehind:    c.String("when-behind"),
+		servePeers:    c.String("serve-peers"),
+		peerTLS:       c.Bool("peer-tls"),
+		noPack:        !c.Bool("pack"),
+	}
+	var err error
+	if o.servePeers != "" {
+		if o.peerToken, err = readPeerToken(c); err != nil {
+			return o, err
+		}
+	}
+	if o.node, err = readNodes(c, os.Getenv); err != nil {
+		return o, err
+	}
+	if o.partSize, err = sizeFlag(c, "part-size"); err != nil {
+		return o, err
+	}
+	o.bandwidth, err = rateFlag(c, "bandwidth")
+	return o, err
+}
+
+// detectOptions are the agent's detection settings (also ferry doctor's).
+func (o agentOptions) detectOptions() detect.Options {
+	return detect.Options{
+		Dir: o.watch, Layout: o.layout, Settle: o.settle, Rescan: o.rescan,
+		Poll: o.poll, PollInterval: o.pollInterval, StepPattern: o.stepPattern,
+		ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker, CloseWrite: o.closeWrite,
 	}
 }
 
@@ -193,6 +211,12 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	defer ctl.Close()
+	if err := proveConditionalWrites(ctx, st, o.remote, loc, base, o.unsafeCond, o.node.nodes, log); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing to drain
+		}
+		return fmt.Errorf("agent for %s: %w", loc, err)
+	}
 	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, log)
 	if err != nil {
 		return err
@@ -201,11 +225,7 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	limiter := ratelimit.New(o.bandwidth)
 	a, err := agent.New(agent.Options{
 		Store: st, Prefix: loc.Prefix, URL: loc.String(),
-		Detect: detect.Options{
-			Dir: o.watch, Layout: o.layout, Settle: o.settle, Rescan: o.rescan,
-			Poll: o.poll, PollInterval: o.pollInterval, StepPattern: o.stepPattern,
-			ExpectedRanks: o.expectedRanks, NoMarker: o.noMarker, CloseWrite: o.closeWrite,
-		},
+		Detect:     o.detectOptions(),
 		WhenBehind: o.whenBehind,
 		Pipeline:   o.pipeline,
 		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: limiter,

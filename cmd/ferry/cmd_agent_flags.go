@@ -41,6 +41,7 @@ func agentFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
 		allowEmptyStepFlag(),
+		conditionalWritesFlag(),
 		&cli.StringFlag{Name: "priority", Value: "low", EnvVars: []string{"FERRY_PRIORITY"},
 			Usage: "CPU and I/O priority: low (SCHED_IDLE, or nice 19; I/O best-effort 7) yields to the trainer, normal keeps the caller's"},
 		&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},

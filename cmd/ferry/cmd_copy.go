@@ -44,6 +44,7 @@ type copyOptions struct {
 	json        bool
 	bandwidth   int64
 	concurrency int
+	unsafeCond  bool
 }
 
 func newCopyCommand() *cli.Command {
@@ -68,6 +69,7 @@ func newCopyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON: each step, and the requests made to each store by operation"},
 			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the rate read from the source, e.g. 800MiB/s (default: unlimited)"},
 			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_CONCURRENCY"}, Value: copier.DefaultConcurrency, Usage: "most object requests in flight"},
+			conditionalWritesFlag(),
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := readCopyOptions(c)
@@ -82,7 +84,8 @@ func newCopyCommand() *cli.Command {
 // readCopyOptions reads and checks copy's flags.
 func readCopyOptions(c *cli.Context) (copyOptions, error) {
 	o := copyOptions{remote: readRemoteOptions(c), from: c.String("from"), dest: c.String("to"), step: c.Int64("step"),
-		last: c.Int("last"), all: c.Bool("all"), json: c.Bool("json"), concurrency: c.Int("concurrency")}
+		last: c.Int("last"), all: c.Bool("all"), json: c.Bool("json"), concurrency: c.Int("concurrency"),
+		unsafeCond: c.Bool(unsafeConditionalFlag)}
 	o.to = o.remote
 	for name, v := range map[string]*string{"to-endpoint": &o.to.Endpoint, "to-region": &o.to.Region, "to-profile": &o.to.Profile} {
 		if c.IsSet(name) {
@@ -193,6 +196,9 @@ func openDestination(ctx context.Context, o copyOptions, log *zap.Logger, counte
 	// to tell refused credentials from a missing bucket.
 	err = st.List(ctx, manifest.ManifestsPrefix(loc.Prefix), "", 1, func(store.ObjectInfo) error { return nil })
 	if err != nil {
+		return nil, manifest.Location{}, fmt.Errorf("copy to %s: %w", loc, destinationError{err})
+	}
+	if err := proveConditionalWrites(ctx, st, to, loc, defaultStateDir(), o.unsafeCond, 1, log); err != nil {
 		return nil, manifest.Location{}, fmt.Errorf("copy to %s: %w", loc, destinationError{err})
 	}
 	return st, loc, nil

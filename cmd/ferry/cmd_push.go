@@ -33,6 +33,7 @@ type pushOptions struct {
 	noDedup     bool
 	noPack      bool
 	allowEmpty  bool
+	unsafeCond  bool
 	node        nodeInfo
 	sources     []string
 }
@@ -53,6 +54,7 @@ func newPushCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-dedup", EnvVars: []string{"FERRY_NO_DEDUP"}, Usage: "upload every file, even one unchanged since the previous committed step"},
 			packFlag(),
 			allowEmptyStepFlag(),
+			conditionalWritesFlag(),
 		}, append(nodeFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := checkStepFlag(c); err != nil {
@@ -68,6 +70,7 @@ func newPushCommand() *cli.Command {
 				noDedup:     c.Bool("no-dedup"),
 				noPack:      !c.Bool("pack"),
 				allowEmpty:  c.Bool("allow-empty"),
+				unsafeCond:  c.Bool(unsafeConditionalFlag),
 				sources:     c.Args().Slice(),
 			}
 			var err error
@@ -197,6 +200,9 @@ func push(ctx context.Context, o pushOptions, stderr io.Writer) (pushSummary, up
 	s.Number = o.step
 	if len(s.Files) == 0 && !o.allowEmpty {
 		return sum, uploader.PushResult{}, fmt.Errorf("push %s: no files found, nothing committed; point at the checkpoint, or pass --allow-empty to commit an empty step", strings.Join(o.sources, " "))
+	}
+	if err := proveConditionalWrites(ctx, st, o.remote, loc, stateBase(o.stateDir), o.unsafeCond, o.node.nodes, log); err != nil {
+		return sum, uploader.PushResult{}, fmt.Errorf("push step %d: %w", o.step, err)
 	}
 	if o.node.nodes > 1 {
 		log.Info("multi-node push", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))

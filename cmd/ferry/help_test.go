@@ -16,7 +16,7 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden --help files i
 // (go test -run TestHelpGolden ./cmd/ferry -update rewrites them). Each
 // flag's line names at most one default.
 func TestHelpGolden(t *testing.T) {
-	cmds := []string{"", "push", "restore", "list", "show", "verify", "copy", "status", "flush", "prune", "agent"}
+	cmds := []string{"", "push", "restore", "list", "show", "verify", "copy", "status", "flush", "prune", "agent", "doctor"}
 	for _, name := range cmds {
 		args := []string{"ferry", "--help"}
 		file := "ferry.txt"

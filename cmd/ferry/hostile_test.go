@@ -681,6 +681,9 @@ func TestCLIServerErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name == "wrong region" && srv.Kind() == s3test.SeaweedFS {
+				t.Skip("SeaweedFS accepts a signature for any region: nothing to refuse (docs/compatibility.md)")
+			}
 			url := "s3://" + c.bucket + "/run"
 			for _, args := range [][]string{
 				{"push", "--quiet", "--to", url, "--step", "1", "--state-dir", t.TempDir(), src},

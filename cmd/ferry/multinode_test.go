@@ -175,7 +175,10 @@ func TestCLIMultiNodeKilledNode(t *testing.T) {
 		if !ps.Committed {
 			t.Fatalf("step %d: node 2's push did not commit: %+v", step, ps)
 		}
-		if step == 20 && ps.PartsReused == 0 {
+		// SeaweedFS lists parts without their checksums: the restarted
+		// node sends them again rather than trust them
+		// (docs/compatibility.md).
+		if step == 20 && ps.PartsReused == 0 && srv.Kind() != s3test.SeaweedFS {
 			t.Errorf("the restarted node resumed no part: %+v", ps)
 		}
 	}

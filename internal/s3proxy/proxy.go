@@ -50,6 +50,8 @@ type Config struct {
 	// Logf, when set, receives a line for every fault injected and every
 	// request refused by the R2 rules.
 	Logf func(format string, args ...any)
+	// Credentials sign the requests an action changes (IgnoreConditions).
+	Credentials Credentials
 }
 
 // Request is what the proxy saw of one request and did with it.
@@ -110,6 +112,7 @@ type Proxy struct {
 	seed        int64
 	maxRecords  int
 	logf        func(format string, args ...any)
+	creds       Credentials
 
 	srv     *http.Server
 	ln      net.Listener
@@ -155,6 +158,7 @@ func New(target string, cfg Config) (*Proxy, error) {
 		seed:       cfg.Seed,
 		maxRecords: cfg.MaxRecords,
 		logf:       cfg.Logf,
+		creds:      cfg.Credentials,
 		closing:    make(chan struct{}),
 		counts:     map[string]int{},
 		uploads:    map[string]*upload{},

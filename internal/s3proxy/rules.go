@@ -91,6 +91,7 @@ const (
 	actFlipByte
 	actTrickle
 	actBarrier
+	actIgnoreConditions
 )
 
 // Action is what the proxy does to a request a rule fires on. Build one with
@@ -252,6 +253,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("trickle body at %d B/s", a.n)
 	case actBarrier:
 		return fmt.Sprintf("barrier of %d requests (at most %v)", a.n, a.d)
+	case actIgnoreConditions:
+		return "ignore If-None-Match and If-Match"
 	}
 	return "forward"
 }

@@ -156,6 +156,14 @@ func (p *Proxy) forward(ex *exchange, act Action) {
 	// The Host header too is signed: keep the client's (the proxy's address).
 	out.Host = r.Host
 	removeHopHeaders(out.Header)
+	if act.kind == actIgnoreConditions && conditional(out.Header) {
+		out.Header = out.Header.Clone()
+		if err := p.dropConditions(ex, out); err != nil {
+			p.settleWrite(slot, 0)
+			p.writeError(ex, http.StatusInternalServerError, "InternalError", "s3proxy: "+err.Error())
+			return
+		}
+	}
 	var body io.Reader = r.Body
 	if ex.body != nil {
 		body = bytes.NewReader(ex.body)

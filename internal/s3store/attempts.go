@@ -96,6 +96,16 @@ const (
 	retryVisibleEvery = 5 * time.Second
 )
 
+type uncountedKey struct{}
+
+// Uncounted returns a context whose requests Config.OnRequest does not see:
+// a check the command makes besides its work (the conditional-write
+// check), on the same connections but outside the command's request
+// counts.
+func Uncounted(ctx context.Context) context.Context {
+	return context.WithValue(ctx, uncountedKey{}, true)
+}
+
 func addAttemptMiddleware(onRequest func(string), log *zap.Logger) func(*middleware.Stack) error {
 	m := &attemptMiddleware{onRequest: onRequest, log: log}
 	return func(stack *middleware.Stack) error {
@@ -132,7 +142,7 @@ func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.Fi
 	middleware.FinalizeOutput, middleware.Metadata, error,
 ) {
 	op := awsmiddleware.GetOperationName(ctx)
-	if m.onRequest != nil {
+	if m.onRequest != nil && ctx.Value(uncountedKey{}) == nil {
 		m.onRequest(op)
 	}
 	out, md, err := next.HandleFinalize(ctx, in)

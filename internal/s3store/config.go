@@ -232,3 +232,18 @@ func (s *Store) DeriveKey(ctx context.Context, label string) ([]byte, error) {
 	h.Write([]byte(label))
 	return h.Sum(nil), nil
 }
+
+// CredentialSource retrieves the store's credentials and returns the name
+// of the provider they came from (the SDK's: EnvConfigCredentials,
+// SharedConfigCredentials, StaticCredentials...), never a key or secret.
+func (s *Store) CredentialSource(ctx context.Context) (string, error) {
+	provider := s.client.Options().Credentials
+	if provider == nil {
+		return "", errors.New("no credentials provider")
+	}
+	creds, err := provider.Retrieve(ctx)
+	if err != nil {
+		return "", err
+	}
+	return creds.Source, nil
+}

@@ -196,3 +196,8 @@ func dialCause(err error) error {
 	}
 	return err
 }
+
+// ErrorCode returns the S3 error code (AccessDenied, NoSuchBucket...) in
+// err's chain, "" if there is none: for callers that sort failures, such
+// as ferry doctor, without the SDK's types.
+func ErrorCode(err error) string { return errorCode(err) }

@@ -53,6 +53,10 @@ func (s *Server) withProxy(cfg s3proxy.Config) (*Server, *s3proxy.Proxy, error) 
 		tr.Proxy = nil
 		cfg.Transport = tr
 	}
+	if cfg.Credentials == (s3proxy.Credentials{}) {
+		// For actions that change a signed request (IgnoreConditions).
+		cfg.Credentials = s3proxy.Credentials{AccessKey: s.AccessKey, SecretKey: s.SecretKey, Region: s.Region}
+	}
 	px, err := s3proxy.New(s.Endpoint, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -67,6 +71,7 @@ func (s *Server) withProxy(cfg s3proxy.Config) (*Server, *s3proxy.Proxy, error) 
 		Region:    s.Region,
 		Dir:       s.Dir,
 		bin:       s.bin,
+		kind:      s.kind,
 		addr:      strings.TrimPrefix(px.URL(), "http://"),
 		// Not the server's process to stop.
 		shared: true,

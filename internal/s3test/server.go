@@ -1,10 +1,11 @@
 // Package s3test runs a real S3 server (versitygw over a temporary
-// directory) for tests: ferry's S3 code is tested against a server, never
-// against a mock of the SDK.
+// directory, or SeaweedFS with EnvServer=seaweedfs) for tests: ferry's S3
+// code is tested against a server, never against a mock of the SDK.
 //
-// Tests skip when the versitygw binary is absent (`make tools` builds it),
-// except under CI (env CI set), where they fail: CI must never skip
-// silently. They also skip with -short (`make unit`).
+// Tests skip when the server's binary is absent (`make tools` builds
+// versitygw, `make seaweedfs` weed), except under CI (env CI set), where
+// they fail: CI must never skip silently. They also skip with -short
+// (`make unit`).
 package s3test
 
 import (
@@ -36,7 +37,7 @@ const (
 // startTimeout bounds the wait for a new server to answer.
 const startTimeout = 15 * time.Second
 
-// Server is a running versitygw. Its fields are fixed for its lifetime,
+// Server is a running S3 server. Its fields are fixed for its lifetime,
 // restarts included.
 type Server struct {
 	// Endpoint is the base URL, http://127.0.0.1:PORT (https with WithTLS).
@@ -54,6 +55,9 @@ type Server struct {
 	bin, addr         string
 	certFile, keyFile string
 	shared            bool
+	// kind is Versitygw or SeaweedFS; weed holds SeaweedFS's other ports.
+	kind string
+	weed weedPorts
 
 	mu   sync.Mutex
 	proc *process
@@ -90,8 +94,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, fn := range opts {
 		fn(&o)
 	}
-	bin := binary(t)
-	s, err := newServer(bin, t.TempDir(), o)
+	kind, bin := binary(t)
+	s, err := newServer(kind, bin, t.TempDir(), o)
 	if err != nil {
 		t.Fatalf("s3test: %v", err)
 	}
@@ -102,8 +106,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
-func newServer(bin, dir string, o options) (*Server, error) {
+func newServer(kind, bin, dir string, o options) (*Server, error) {
 	s := &Server{
+		kind:      kind,
 		AccessKey: cmp.Or(o.access, AccessKey),
 		SecretKey: cmp.Or(o.secret, SecretKey),
 		Region:    Region,
@@ -168,21 +173,17 @@ func (s *Server) start() error {
 	if s.proc != nil {
 		return errors.New("server already running")
 	}
-	args := []string{
-		"--access", s.AccessKey, "--secret", s.SecretKey,
-		"--region", s.Region,
-		"--port", s.addr,
-		"--quiet",
-		// Without it every response closes its connection.
-		"--keep-alive",
+	args, env, err := s.command()
+	if err != nil {
+		return err
 	}
-	if s.certFile != "" {
-		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
-	}
-	args = append(args, "posix", s.Dir)
 	cmd := exec.Command(s.bin, args...)
-	// A clean environment: VGW_* and ROOT_* variables would reconfigure it.
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
+	// A clean environment: VGW_* and ROOT_* variables would reconfigure
+	// versitygw, WEED_* SeaweedFS.
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}, env...)
+	// SeaweedFS reads master.toml and filer.toml from its working
+	// directory first: its own.
+	cmd.Dir = filepath.Dir(s.Dir)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	setProcAttr(cmd)
@@ -197,13 +198,37 @@ func (s *Server) start() error {
 	if err := s.waitReady(p); err != nil {
 		_ = cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("versitygw on %s: %w; output:\n%s", s.addr, err, out.String())
+		return fmt.Errorf("%s on %s: %w; output:\n%s", s.kind, s.addr, err, out.String())
 	}
 	s.proc = p
 	return nil
 }
 
-// waitReady polls until the server answers any HTTP request.
+// command returns the server's arguments and the environment it needs.
+func (s *Server) command() (args, env []string, err error) {
+	if s.kind == SeaweedFS {
+		args, err = s.weedArgs()
+		return args, weedEnv, err
+	}
+	args = []string{
+		"--access", s.AccessKey, "--secret", s.SecretKey,
+		"--region", s.Region,
+		"--port", s.addr,
+		"--quiet",
+		// Without it every response closes its connection.
+		"--keep-alive",
+	}
+	if s.certFile != "" {
+		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
+	}
+	return append(args, "posix", s.Dir), nil, nil
+}
+
+// Kind returns which server this is: Versitygw or SeaweedFS.
+func (s *Server) Kind() string { return s.kind }
+
+// waitReady polls until the server answers any HTTP request (SeaweedFS:
+// until a first write lands).
 func (s *Server) waitReady(p *process) error {
 	client := &http.Client{Timeout: time.Second}
 	if s.CAFile != "" {
@@ -212,6 +237,10 @@ func (s *Server) waitReady(p *process) error {
 			return err
 		}
 		client.Transport = tr
+	}
+	if s.kind == SeaweedFS {
+		client.Timeout = 5 * time.Second
+		return s.weedReady(p, client)
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -315,29 +344,35 @@ func (s *Server) Env() []string {
 	return env
 }
 
-// binary returns the versitygw path. It skips t with -short, and when the
-// binary is absent (failing t instead when env CI is set).
-func binary(t testing.TB) string {
+// binary returns the kind of server EnvServer asks for and its path. It
+// skips t with -short, and when the binary is absent (failing t instead
+// when env CI is set).
+func binary(t testing.TB) (kind, path string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("s3test: needs a real S3 server; skipped with -short")
 	}
-	path := os.Getenv("FERRY_VERSITYGW")
+	kind = ServerKind()
+	env, name, build := "FERRY_VERSITYGW", "versitygw", "make tools"
+	if kind == SeaweedFS {
+		env, name, build = EnvSeaweedFS, "weed", "make seaweedfs"
+	}
+	path = os.Getenv(env)
 	if path == "" {
 		root, err := repoRoot()
 		if err != nil {
 			t.Fatalf("s3test: %v", err)
 		}
-		path = filepath.Join(root, "tools", "bin", "versitygw")
+		path = filepath.Join(root, "tools", "bin", name)
 	}
 	if _, err := os.Stat(path); err != nil {
-		msg := fmt.Sprintf("s3test: versitygw not found at %s (`make tools` builds it; FERRY_VERSITYGW overrides the path)", path)
+		msg := fmt.Sprintf("s3test: %s not found at %s (`%s` builds it; %s overrides the path)", name, path, build, env)
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg + "; CI is set, so not skipping")
 		}
 		t.Skip(msg)
 	}
-	return path
+	return kind, path
 }
 
 // repoRoot walks up from the working directory to the directory of go.mod.

@@ -33,7 +33,7 @@ const sharedDirPrefix = "ferry-s3test-"
 // directory at once, otherwise the next run removes it.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	bin := binary(t)
+	kind, bin := binary(t)
 	shared.once.Do(func() {
 		sweepSharedDirs()
 		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", sharedDirPrefix, os.Getpid()))
@@ -42,7 +42,7 @@ func Shared(t testing.TB) *Server {
 			return
 		}
 		shared.dir = dir
-		s, err := newServer(bin, dir, options{})
+		s, err := newServer(kind, bin, dir, options{})
 		if err == nil {
 			err = s.startFresh()
 		}
