@@ -2,6 +2,7 @@
 forks the ranks (torchrun needs libuv, which Debian's torch lacks), the
 sharded model, and the reference hashes a step is checked against."""
 
+import datetime
 import hashlib
 import json
 import os
@@ -11,15 +12,29 @@ import sys
 import time
 
 
+PORT_TAKEN = 75  # rank 0's exit code when its store's port was taken meanwhile
+
+
 def launch(nprocs, argv):
     """Run this script once per rank (RANK, WORLD_SIZE, MASTER_PORT set) and
     exit with the first failure. The launcher leads a process group of its
     own, which the ranks share: a SIGKILL of the group (kill -KILL -- -PID of
-    the launcher) ends the whole job and nothing else."""
+    the launcher) ends the whole job and nothing else. A port another
+    process took between the pick and rank 0's bind (a shared machine) means
+    a new try on another port."""
     if "RANK" in os.environ:
         return
     if os.getpgrp() != os.getpid():
         os.setpgrp()
+    for _ in range(5):
+        rc = _run_ranks(nprocs, argv)
+        if rc != PORT_TAKEN:
+            sys.exit(rc)
+        print("the store's port was taken; starting the ranks again on another", flush=True)
+    sys.exit(rc)
+
+
+def _run_ranks(nprocs, argv):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -41,7 +56,7 @@ def launch(nprocs, argv):
                 for q in procs:
                     q.kill()
         time.sleep(0.05)
-    sys.exit(rc)
+    return rc
 
 
 def init():
@@ -49,8 +64,13 @@ def init():
     import torch
     import torch.distributed as dist
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), world, rank == 0,
-                          use_libuv=False, timeout=__import__("datetime").timedelta(seconds=120))
+    try:
+        store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), world, rank == 0,
+                              use_libuv=False, timeout=datetime.timedelta(seconds=120))
+    except dist.DistNetworkError as e:
+        if rank == 0 and "Address already in use" in str(e):
+            os._exit(PORT_TAKEN)
+        raise
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)

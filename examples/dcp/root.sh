@@ -48,8 +48,10 @@ root_down() { # unmount what root_up mounted, newest first
 }
 
 # in_root CMD...: CMD inside the root, at low CPU priority (the machine is
-# shared), with Python's output unbuffered.
-in_root() {
-	nice -n 10 chroot "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
-		PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore "$@"
-}
+# shared), with Python's output unbuffered. in_root_exec replaces the
+# calling (sub)shell with it: `in_root_exec CMD &` makes $! the pid of CMD
+# itself, the launcher whose process group a SIGKILL ends.
+root_env=(/usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8
+	PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore)
+in_root() { nice -n 10 chroot "$ROOT" "${root_env[@]}" "$@"; }
+in_root_exec() { exec nice -n 10 chroot "$ROOT" "${root_env[@]}" "$@"; }

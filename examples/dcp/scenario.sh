@@ -96,8 +96,8 @@ kills=0
 run_job() {
 	local what=$1 rc=0
 	shift
-	in_root "${train[@]}" --resume "$ckpt" --save-dir "$ckpt" --log-dir "$work/lb" "$@" >>"$work/run-b.log" 2>&1 &
-	job_pid=$!
+	in_root_exec "${train[@]}" --resume "$ckpt" --save-dir "$ckpt" --log-dir "$work/lb" "$@" >>"$work/run-b.log" 2>&1 &
+	job_pid=$! # the launcher, which leads the job's process group
 	if [ -n "${KILL_AFTER:-}" ]; then # a random moment: once a save has begun, a random delay
 		local before n
 		before=$(ls "$ckpt" | wc -l)
@@ -147,7 +147,8 @@ done
 for i in $(seq "$RANDOM_KILLS"); do
 	flag=()
 	((i % 2)) && flag=(--async)
-	KILL_AFTER=$(printf '0.%02d' $((RANDOM % 60))) run_job "random ${flag[*]:-sync} +${KILL_AFTER}s" "${flag[@]}"
+	delay=$(printf '0.%02d' $((RANDOM % 60)))
+	KILL_AFTER=$delay run_job "random ${flag[*]:-sync} +${delay}s" "${flag[@]}"
 done
 [ "$kills" -ge 20 ] || die "only $kills kills landed, want at least 20"
 "$FERRY" flush --timeout 2m --state-dir "$work/state" >/dev/null || die "final flush failed"

@@ -10,8 +10,9 @@ with --async). Run inside the trixie root (scenario.sh).
 
 Before each save, rank 0 writes LOG/ref/step-N.json: the SHA-256 of every
 gathered model and optimizer tensor (the reference a restored step must
-equal), and after dcp.save has returned on every rank (async: its future
-resolved) a line in LOG/saves.jsonl with the wall-clock time. LOG/final.json
+equal), and once dcp.save has returned on every rank (async: its future
+resolved) a line in LOG/saves.jsonl with the wall-clock time at which the
+last rank's returned. LOG/final.json
 holds the last step's hashes, LOG/loss.jsonl every step's loss bits.
 
 --die K:POINT SIGKILLs the whole job (its process group) at POINT of this
@@ -176,10 +177,19 @@ def main():
     log = open(os.path.join(a.log_dir, "loss.jsonl"), "a") if rank == 0 else None
     saves_log = open(os.path.join(a.log_dir, "saves.jsonl"), "a") if rank == 0 else None
 
+    done_at = {}  # step -> when dcp.save returned (async: the future resolved) on this rank
+
     def saved(step, t0, k):
-        dist.barrier()  # dcp.save (or the future) has returned on every rank
+        # The latest of the ranks' return times: when the save had returned
+        # on every rank (a collective, so every rank is past its save).
+        for _ in range(1000):  # result() can return before the done callback ran
+            if step in done_at:
+                break
+            time.sleep(0.001)
+        t = torch.tensor([done_at.pop(step)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if rank == 0:
-            saves_log.write(json.dumps({"step": step, "returned": time.time(), "began": t0,
+            saves_log.write(json.dumps({"step": step, "returned": float(t), "began": t0,
                                         "mode": "async" if a.async_save else "sync"}) + "\n")
             saves_log.flush()
         if die_point == "after" and k == die_k:
@@ -222,9 +232,11 @@ def main():
                     "optim": _clone(osd), "train": {"step": step}}
             fut = dcp.async_save(snap, storage_writer=hooked_writer(path, rank, die_now),
                                  process_group=async_pg)
+            fut.add_done_callback(lambda _, s=step: done_at.__setitem__(s, time.time()))
             pending = (fut, step, t0, saves)
         else:
             dcp.save(state, storage_writer=hooked_writer(path, rank, die_now))
+            done_at[step] = time.time()
             saved(step, t0, saves)
     if pending:
         pending[0].result()
