@@ -37,7 +37,7 @@ trap cleanup EXIT
 root_up "$work" "$here"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$work/s3/m"
+mkdir -p "$work/s3/dcpm"
 export AWS_ACCESS_KEY_ID=ferrym AWS_SECRET_ACCESS_KEY=ferrymsecret AWS_REGION=us-east-1
 "$VERSITYGW" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "127.0.0.1:$port" posix "$work/s3" >"$work/s3.log" 2>&1 &
 server_pid=$!
@@ -50,7 +50,7 @@ for mode in sync async; do
 	mkdir -p "$ckpt" "$work/log-$mode"
 	python3 "$here/trace.py" "$ckpt" "$OUT/trace-$mode.jsonl" &
 	trace_pid=$!
-	"$FERRY" agent --watch "$ckpt" --to "s3://m/$mode" --state-dir "$work/state" --metrics-addr off \
+	"$FERRY" agent --watch "$ckpt" --to "s3://dcpm/$mode" --state-dir "$work/state" --metrics-addr off \
 		--log-format json >"$OUT/agent-$mode.log" 2>&1 &
 	agent_pid=$!
 	flag=()
