@@ -11,7 +11,8 @@
 #     future resolved on every rank; the trainer's saves.jsonl) to the
 #     agent's "committed step" log line.
 # Results in $OUT (default bench-results/dcp): trace-*.jsonl, saves-*.jsonl,
-# agent-*.log and summary.txt.
+# agent-*.log and summary.txt. MODES (sync async), AGENT_FLAGS (e.g.
+# --priority normal) and SAVES (8) vary the run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=root.sh
@@ -45,13 +46,13 @@ export S3_ENDPOINT_URL="http://127.0.0.1:$port"
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 : >"$OUT/summary.txt"
-for mode in sync async; do
+for mode in ${MODES:-sync async}; do
 	ckpt=$work/$mode
 	mkdir -p "$ckpt" "$work/log-$mode"
 	python3 "$here/trace.py" "$ckpt" "$OUT/trace-$mode.jsonl" &
 	trace_pid=$!
 	"$FERRY" agent --watch "$ckpt" --to "s3://dcpm/$mode" --state-dir "$work/state" --metrics-addr off \
-		--log-format json >"$OUT/agent-$mode.log" 2>&1 &
+		--log-format json ${AGENT_FLAGS:-} >"$OUT/agent-$mode.log" 2>&1 &
 	agent_pid=$!
 	flag=()
 	[ "$mode" = async ] && flag=(--async)
