@@ -3,12 +3,11 @@
 # `ferry agent` beside it, SIGKILLed in its third save; every committed
 # step is restored onto an empty folder and loaded by torch, equal to what
 # the trainer held; the torn step is not committed.
-# PLAIN_AGENT_FLAGS: the single-file trainer's agent flags. At the defaults
-# (--layout auto) the agent does not commit bare step-N.pt files today, and
-# with --layout flat it commits a torch.save torn by SIGKILL (the settle
-# window alone decides; the kernel closes the file at the kill): so the plain
-# trainer runs to its end here, unless PLAIN_KILL=1 (for a layout that can
-# tell a torn torch.save zip).
+# PLAIN_AGENT_FLAGS: the single-file trainer's agent flags (default flat
+# with a step pattern). Flat has no marker and commits a torch.save torn by
+# SIGKILL (the kernel closes the file at the kill), so the plain trainer
+# runs to its end unless PLAIN_KILL=1, for a layout that tells a torn
+# torch.save zip (PLAIN_AGENT_FLAGS= PLAIN_KILL=1: the defaults).
 PLAIN_AGENT_FLAGS=${PLAIN_AGENT_FLAGS-'--layout flat --step-pattern ^step-(\d+)\.pt$'}
 
 hf_case() { # kind die expected [agent flags]: run hf.py KIND (killed in its

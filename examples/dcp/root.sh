@@ -13,6 +13,7 @@
 #   root_down
 
 root_mounts=()
+root_made=() # mount points root_bind created, removed again by root_down
 
 # root_private ARGS: re-run the calling script in a mount namespace of its
 # own (mounts there propagate nowhere and die with it).
@@ -25,7 +26,7 @@ root_private() {
 
 root_bind() { # src dst [extra mount flags]
 	local src=$1 dst=$2
-	mkdir -p "$dst"
+	[ -d "$dst" ] || { mkdir -p "$dst" && root_made+=("$dst"); }
 	mount --bind "$src" "$dst" || { echo "FAIL: mount --bind $src $dst" >&2; return 1; }
 	root_mounts+=("$dst")
 }
@@ -45,6 +46,10 @@ root_down() { # unmount what root_up mounted, newest first
 		umount "${root_mounts[$i]}" 2>/dev/null || umount -l "${root_mounts[$i]}" 2>/dev/null || true
 	done
 	root_mounts=()
+	for ((i = ${#root_made[@]} - 1; i >= 0; i--)); do
+		rmdir "${root_made[$i]}" 2>/dev/null || true # only the folder, only if empty
+	done
+	root_made=()
 }
 
 # in_root CMD...: CMD inside the root, at low CPU priority (the machine is
