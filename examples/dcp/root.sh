@@ -19,6 +19,7 @@ root_made=() # mount points root_bind created, removed again by root_down
 # own (mounts there propagate nowhere and die with it).
 root_private() {
 	if [ -z "${FERRY_ROOT_NS:-}" ]; then
+		[ "$(id -u)" = 0 ] || { echo "FAIL: $0 needs root (mount namespace, bind mounts, chroot): run it with sudo" >&2; exit 1; }
 		command -v unshare >/dev/null || { echo "FAIL: unshare (util-linux) not found" >&2; exit 1; }
 		FERRY_ROOT_NS=1 exec unshare --mount --propagation private -- "$0" "$@"
 	fi
