@@ -12,7 +12,7 @@ PLAIN_AGENT_FLAGS=${PLAIN_AGENT_FLAGS-'--layout flat --step-pattern ^step-(\d+)\
 
 hf_case() { # kind die expected [agent flags]: run hf.py KIND (killed in its
 	# save number DIE unless 0), then check the committed steps are EXPECTED
-	local kind=$1 kill=$2 expect=$3 dir=$work/$1 log=$work/l$1 rc=0 s com want
+	local kind=$1 kill=$2 expect=$3 dir=$work/$1 log=$work/l$1 rc=0 s com want n
 	shift 3
 	mkdir -p "$dir" "$log"
 	"$FERRY" agent --watch "$dir" --to "$remote-$kind" --state-dir "$work/state-$kind" --metrics-addr off "$@" \
@@ -29,20 +29,32 @@ hf_case() { # kind die expected [agent flags]: run hf.py KIND (killed in its
 	kill -TERM "$agent_pid"; wait "$agent_pid" || die "$kind: the agent exited $? on SIGTERM"
 	agent_pid=""
 	com=$("$FERRY" list --from "$remote-$kind" --json | python3 -c 'import json,sys; print(" ".join(str(r["step"]) for r in json.load(sys.stdin) or []))')
-	[ "$com" = "$expect" ] || die "$kind: committed steps are '$com', want '$expect'"
-	if [ "$kill" = 0 ]; then
-		echo "  $kind: ran to its end ($(ls "$dir" | tr '\n' ' ')); committed: $com"
-	else
-		echo "  $kind: killed in the save of step $((3 * kill)) ($(ls "$dir" | tr '\n' ' ')); committed: $com"
-	fi
+	# Restore every committed step onto an empty folder; which trainer steps
+	# they hold is read from the restored names (a layout may number steps
+	# by a counter: the single layout does).
+	local pairs=() saved=""
 	for s in $com; do
 		"$FERRY" restore --quiet --from "$remote-$kind" --step "$s" --to "$work/r$kind/$s" >/dev/null || die "$kind: restore of step $s failed"
-		if [ "$kind" = hf ]; then
-			want=(check-hf "$work/r$kind/$s/checkpoint-$s")
-		else
-			want=(check-plain "$work/r$kind/$s/step-$s.pt")
-		fi
-		in_root python3 "$here/hf.py" "${want[@]}" "$log/ref/step-$s.json" 2>&1 | quiet || die "$kind: step $s does not load or differs"
+		for want in "$work/r$kind/$s"/checkpoint-* "$work/r$kind/$s"/step-*.pt; do
+			[ -e "$want" ] || continue
+			n=$(basename "$want" | tr -dc 0-9)
+			saved="$saved $n"
+			pairs+=("$want" "$log/ref/step-$n.json")
+		done
+	done
+	saved=$(echo "$saved" | tr ' ' '\n' | sed '/^$/d' | sort -nu | tr '\n' ' ' | sed 's/ $//')
+	[ "$saved" = "$expect" ] || die "$kind: the committed steps ($com) hold trainer steps '$saved', want '$expect'"
+	if [ "$kill" = 0 ]; then
+		echo "  $kind: ran to its end ($(ls "$dir" | tr '\n' ' ')); committed: trainer steps $saved"
+	else
+		echo "  $kind: killed in the save of step $((3 * kill)) ($(ls "$dir" | tr '\n' ' ')); committed: trainer steps $saved"
+	fi
+	local check=check-plain
+	[ "$kind" = hf ] && check=check-hf
+	set -- "${pairs[@]}"
+	while [ $# -gt 0 ]; do
+		in_root python3 "$here/hf.py" "$check" "$1" "$2" 2>&1 | quiet || die "$kind: $1 does not load or differs"
+		shift 2
 	done
 }
 

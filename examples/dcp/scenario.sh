@@ -36,6 +36,7 @@ train=(python3 "$here/train.py" --nprocs 4 --steps "$STEPS" --save-every "$EVERY
 die() { echo "FAIL: $*" >&2; exit 1; }
 work=$(mktemp -d -t ferry-dcp.XXXXXX)
 server_pid="" job_pid="" agent_pid=""
+kills=0
 started=$SECONDS
 cleanup() {
 	local rc=$?
@@ -92,7 +93,6 @@ committed() { "$FERRY" list --from "$remote" --json | python3 -c 'import json,sy
 
 # run_job ARGS: the job resumes from its newest complete step on disk; it
 # must end by SIGKILL (exit 137) unless it finished.
-kills=0
 run_job() {
 	local what=$1 rc=0
 	shift
