@@ -115,11 +115,37 @@ demo: build tools
 	@VERSITYGW=$(VERSITYGW) FERRY=$(BIN)/ferry TRAINSIM=$(BIN)/ferry-trainsim ./scripts/demo.sh
 
 ## e2e: a real PyTorch job (Debian's python3-torch) killed mid-save, restored
-## on an empty directory and resumed bit-exact (examples/resume)
+## on an empty directory and resumed bit-exact (examples/resume); then the
+## torch 2.6 scenarios in the trixie root (e2e-dcp)
 E2E_PYTHON  ?= /usr/bin/python3
-e2e: build tools
+e2e: build tools trixie
 	@$(E2E_PYTHON) -c 'import torch' 2>/dev/null || { echo "make e2e needs Debian's python3-torch: apt-get install -y python3-torch"; exit 1; }
 	VERSITYGW=$(VERSITYGW) FERRY=$(BIN)/ferry PYTHON=$(E2E_PYTHON) timeout 300 ./examples/resume/scenario.sh
+	$(MAKE) e2e-dcp
+
+## trixie: the Debian 13 root (tools/trixie) with torch 2.6, numpy,
+## safetensors and OpenBLAS in which the torch 2.6 scenarios run; built
+## once, as root (debootstrap; about 2-3 minutes and 1.3 GB)
+TRIXIE := $(CURDIR)/tools/trixie
+.PHONY: trixie e2e-dcp dcp-measure
+trixie: $(TRIXIE)/.ferry-stamp
+$(TRIXIE)/.ferry-stamp:
+	./scripts/trixie-root.sh $(TRIXIE)
+
+## e2e-dcp: torch 2.6 DCP (DTensor + AdamW on 4 ranks, dcp.save and
+## async_save) killed 22 times mid-save with `ferry agent` beside it, every
+## committed step loaded at 1, 2 and 8 ranks, resumed bit-exact; HF-style
+## and torch.save trainers (examples/dcp; as root: chroot)
+e2e-dcp: tools trixie
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/static/ferry ./cmd/ferry
+	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) timeout 1200 ./examples/dcp/scenario.sh
+
+## dcp-measure: an inotify trace of torch 2.6 dcp.save and async_save of a
+## 4-rank ~200 MiB step, and ferry's time to durable after each (results in
+## bench-results/dcp/; examples/dcp/measure.sh)
+dcp-measure: tools trixie
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/static/ferry ./cmd/ferry
+	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) ./examples/dcp/measure.sh
 
 ## lint: gofmt, go vet, staticcheck, govulncheck (vulncheck)
 lint: $(STATICCHECK)

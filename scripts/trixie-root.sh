@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Build the Debian 13 (trixie) root in which the modern-PyTorch e2e
+# scenarios run torch 2.6 (examples/dcp): debootstrap --variant=minbase from
+# the Debian mirror this machine's apt uses, then python3-torch,
+# python3-numpy, python3-safetensors and libopenblas0-pthread (without it
+# torch falls back to the reference BLAS, about 11x slower). Run as root
+# through `make trixie`; the stamp file makes it a one-time cost (about
+# 2 minutes and 1.7 GB). Usage: trixie-root.sh ROOT
+set -euo pipefail
+root=${1:?usage: trixie-root.sh ROOT}
+stamp=$root/.ferry-stamp
+packages="python3-torch python3-numpy python3-safetensors libopenblas0-pthread"
+[ -f "$stamp" ] && { echo "trixie root ready: $root"; exit 0; }
+[ "$(id -u)" = 0 ] || { echo "building the trixie root needs root (debootstrap, chroot): run make trixie as root" >&2; exit 1; }
+
+# The mirror apt already uses here (deb822 or one-line sources).
+mirror=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*debian\/*\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null)
+mirror=${mirror:-http://deb.debian.org/debian}
+
+if ! command -v debootstrap >/dev/null; then
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
+fi
+
+# A half-built root from an interrupted try is started over.
+[ -d "$root" ] && rm -rf --one-file-system "$root"
+mkdir -p "$(dirname "$root")"
+tmp=$root.building
+rm -rf --one-file-system "$tmp"
+start=$SECONDS
+echo "debootstrap --variant=minbase trixie $tmp $mirror"
+debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$tmp.log" 2>&1 || { tail -n 20 "$tmp.log" >&2; exit 1; }
+echo "  base root in $((SECONDS - start))s; installing $packages"
+# apt inside needs /proc; nothing else of the host is bound while building.
+mount -t proc proc "$tmp/proc"
+trap 'umount "$tmp/proc" 2>/dev/null || true' EXIT
+cp /etc/resolv.conf "$tmp/etc/resolv.conf" 2>/dev/null || true
+chroot "$tmp" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$tmp.log" 2>&1
+chroot "$tmp" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages >>"$tmp.log" 2>&1 ||
+	{ tail -n 20 "$tmp.log" >&2; exit 1; }
+chroot "$tmp" apt-get clean
+chroot "$tmp" /usr/bin/python3 -c 'import torch, numpy, safetensors; print("  torch", torch.__version__, "numpy", numpy.__version__)' 2>&1 | grep torch
+umount "$tmp/proc"
+trap - EXIT
+mv "$tmp" "$root"
+rm -f "$tmp.log"
+date -u +%FT%TZ >"$stamp"
+echo "trixie root ready in $((SECONDS - start))s: $root ($(du -sh --one-file-system "$root" | cut -f1))"
