@@ -201,7 +201,10 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 	if why := e.blocked(c); why != "" {
 		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
 		p := pendingOf(c, "waiting", why, since)
-		p.Declared = c.Finished && len(c.Temps) == 0 && !strings.HasPrefix(why, "file ")
+		// A held step (a rank's pointer behind, model states without
+		// optimizer states) is one a rank did not finish, as is one with
+		// a temporary name or a torn file: not declared.
+		p.Declared = c.Finished && c.Held == "" && len(c.Temps) == 0 && !strings.HasPrefix(why, "file ")
 		if warnAt := since.Add(e.opts.Settle); now.Before(warnAt) {
 			return &p, warnAt // wake then to warn if it still waits
 		}
