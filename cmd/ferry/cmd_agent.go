@@ -171,11 +171,8 @@ func (o agentOptions) validate() error {
 	if !isKnownLayout(o.layout) {
 		return usagef("--layout %q: use one of %s", o.layout, joinNames(detect.LayoutNames()))
 	}
-	fi, err := os.Stat(o.watch)
-	if err != nil {
-		return fmt.Errorf("--watch: %w", err)
-	}
-	if !fi.IsDir() {
+	// A --watch that does not exist yet is waited for (waitForWatchDir).
+	if fi, err := os.Stat(o.watch); err == nil && !fi.IsDir() {
 		return usagef("--watch %s: not a directory", o.watch)
 	}
 	return nil
@@ -197,6 +194,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if o.priority == "low" {
 		// First of all that the agent starts: this may re-execute it.
 		lowerPriority(ctx, log)
+	}
+	if ok, err := waitForWatchDir(ctx, o.watch, watchDirPoll, log); !ok {
+		return err
 	}
 	base := stateBase(o.stateDir)
 	stateDir := agent.AgentStateDir(base, agentIdentity(o.watch, loc))

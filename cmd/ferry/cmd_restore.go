@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -296,6 +297,13 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	switch {
 	case errors.Is(err, remote.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
 		sum.Step, sum.Empty = -1, true
+		// A first run's --to exists afterwards as after any restore, so
+		// that an agent started next on it has a folder to watch.
+		if !o.dryRun {
+			if err := os.MkdirAll(o.to, 0o755); err != nil {
+				return sum, fmt.Errorf("create --to %s: %w", o.to, err)
+			}
+		}
 		return sum, nil
 	case errors.Is(err, remote.ErrNoCheckpoint):
 		return sum, missingStep(ctx, st, loc, o.step, err)
