@@ -194,7 +194,14 @@ while :; do
 done
 # Preempt while the trainer writes the next checkpoint: its files exist
 # but the trainer has not finished them (no line in written.0 yet).
-ckpt=$work/tmp/ckpt-$job
+# The job's own folder: a name with a random part (ferry-train.sbatch).
+ckpt=""
+for _ in $(seq 100); do
+	for d in "$work"/tmp/ferry-ckpt-"$job"-*; do [ -d "$d" ] && ckpt=$d; done
+	[ -n "$ckpt" ] && break
+	sleep 0.1
+done
+[ -n "$ckpt" ] || die "no folder $work/tmp/ferry-ckpt-$job-* on the node"
 writing=""
 for _ in $(seq 300); do
 	for f in "$ckpt"/ep0-ba*-rank0.pt; do
