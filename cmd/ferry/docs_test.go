@@ -212,9 +212,11 @@ echo "step $next" > "$dir/step-$next/.metadata"
 echo "train: saved step $next"
 `,
 	}
-	if gw := os.Getenv("FERRY_VERSITYGW"); gw != "" {
-		scripts["versitygw"] = "#!/bin/sh\nexec " + gw + " \"$@\"\n"
+	gw := os.Getenv("FERRY_VERSITYGW")
+	if gw == "" {
+		gw = filepath.Join(repoRoot(t), "tools", "bin", "versitygw")
 	}
+	scripts["versitygw"] = "#!/bin/sh\nexec " + gw + " \"$@\"\n"
 	for name, body := range scripts {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
 			t.Fatal(err)

@@ -45,7 +45,7 @@ func waitForWatchDir(ctx context.Context, dir string, every time.Duration, log *
 		if !waited {
 			waited = true
 			log.Info("waiting for the watch dir to be created; nothing is watched until then", zap.String("dir", dir),
-				zap.Duration("poll", every))
+				zap.Stringer("poll", every))
 			// Started, and alive, though not watching yet: a service
 			// manager must neither time the start out nor restart it.
 			_ = sdnotify.Ready()
