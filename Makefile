@@ -156,6 +156,15 @@ dcp-measure: tools trixie
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/static/ferry ./cmd/ferry
 	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) ./examples/dcp/measure.sh
 
+
+## docs: docs/reference.md and cmd/ferry's golden --help files, generated
+## from --help (TestDocsReference and TestHelpGolden fail, in make test,
+## when they are stale)
+.PHONY: docs
+docs:
+	$(GO) test -count=1 -run '^TestDocsReference$$' ./cmd/ferry/ -update-docs
+	$(GO) test -count=1 -run '^TestHelpGolden$$' ./cmd/ferry/ -update
+
 ## lint: gofmt, go vet, staticcheck, govulncheck (vulncheck)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
