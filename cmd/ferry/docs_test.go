@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -223,4 +224,63 @@ echo "train: saved step $next"
 		}
 	}
 	return dir
+}
+
+var (
+	mdHeading = regexp.MustCompile(`(?m)^#+ (.*)$`)
+	mdLink    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mdFence   = regexp.MustCompile("(?s)```.*?```")
+	notSlug   = regexp.MustCompile(`[^\w\- ]`)
+)
+
+// Every relative link of the docs names a file that exists and, with
+// #anchor, a heading in it (GitHub's slugs): pages moved or renamed leave
+// no dead link behind.
+func TestDocLinks(t *testing.T) {
+	slug := func(h string) string {
+		return strings.ReplaceAll(notSlug.ReplaceAllString(strings.ToLower(strings.TrimSpace(h)), ""), " ", "-")
+	}
+	text := map[string]string{}
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text[filepath.Clean(f)] = mdFence.ReplaceAllString(string(data), "")
+	}
+	anchors := func(path string) map[string]bool {
+		body, ok := text[path]
+		if !ok {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			body = mdFence.ReplaceAllString(string(data), "")
+		}
+		out := map[string]bool{}
+		for _, m := range mdHeading.FindAllStringSubmatch(body, -1) {
+			out[slug(m[1])] = true
+		}
+		return out
+	}
+	for f, body := range text {
+		for _, m := range mdLink.FindAllStringSubmatch(body, -1) {
+			link := m[1]
+			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(link, "#")
+			target := f
+			if path != "" {
+				target = filepath.Clean(filepath.Join(filepath.Dir(f), path))
+			}
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s: link %s: %v", rel(t, f), link, err)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(target, ".md") && !anchors(target)[anchor] {
+				t.Errorf("%s: link %s: no heading #%s in %s", rel(t, f), link, anchor, rel(t, target))
+			}
+		}
+	}
 }
