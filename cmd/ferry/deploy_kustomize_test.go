@@ -100,9 +100,20 @@ func TestKubernetesEditedOnce(t *testing.T) {
 	if !ok {
 		t.Errorf("no NetworkPolicy lets the Job's pods (and only them) reach each other's peer port")
 	}
-	_, from := envOf(t, p.restore, p.m.configMaps)
-	if src := from["FERRY_PEER_TOKEN"]; src == nil || src.SecretKeyRef == nil {
-		t.Errorf("ferry-restore: the peers' token must come from a Secret (FERRY_PEER_TOKEN, secretKeyRef)")
+	renv, _ := envOf(t, p.restore, p.m.configMaps)
+	tokenFile, fromSecret := renv["FERRY_PEER_TOKEN_FILE"], false
+	for _, vm := range p.restore.VolumeMounts {
+		if tokenFile == "" || !strings.HasPrefix(tokenFile, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			continue
+		}
+		for _, v := range p.spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				fromSecret = true
+			}
+		}
+	}
+	if !fromSecret {
+		t.Errorf("ferry-restore: the peers' token must be a file of a Secret volume (FERRY_PEER_TOKEN_FILE=%q)", tokenFile)
 	}
 	for _, a := range p.restore.Args {
 		if strings.HasPrefix(a, "--peer-token") {

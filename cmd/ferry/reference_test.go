@@ -100,13 +100,17 @@ func envTable() string {
 		}
 		for _, f := range c.Flags {
 			df, ok := f.(cli.DocGenerationFlag)
-			if vf, visible := f.(cli.VisibleFlag); !ok || visible && !vf.IsVisible() {
+			if !ok {
 				continue
+			}
+			flagName := "`--" + f.Names()[0] + "`"
+			if vf, visible := f.(cli.VisibleFlag); visible && !vf.IsVisible() {
+				flagName = "(environment only)" // e.g. FERRY_PEER_TOKEN, kept off the command line
 			}
 			for _, ev := range df.GetEnvVars() {
 				r := rows[ev]
 				if r == nil {
-					r = &row{flag: "--" + f.Names()[0], def: shownDefault(f)}
+					r = &row{flag: flagName, def: shownDefault(f)}
 					rows[ev] = r
 				}
 				r.cmds = append(r.cmds, name)
@@ -125,7 +129,7 @@ func envTable() string {
 	b.WriteString("| variable | flag | commands | default |\n|---|---|---|---|\n")
 	for _, n := range names {
 		r := rows[n]
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", n, r.flag, strings.Join(r.cmds, ", "), strings.ReplaceAll(r.def, "|", "\\|"))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", n, r.flag, strings.Join(r.cmds, ", "), strings.ReplaceAll(r.def, "|", "\\|"))
 	}
 	b.WriteString("\nRead by ferry without a flag of their own: `S3_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL` ")
 	b.WriteString("(the endpoint, after `--endpoint`), `AWS_REGION`, `AWS_PROFILE` and the rest of the standard AWS credential chain, ")
