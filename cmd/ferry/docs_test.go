@@ -158,7 +158,7 @@ func runDocScript(t *testing.T, srv *s3test.Server, bin, script string) (string,
 		t.Fatal(err)
 	}
 	script = strings.NewReplacer("my-bucket", srv.NewBucket(t), "/nvme/", root+"/nvme/", "127.0.0.1:7070", freeAddr(t)).Replace(script)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Dir = work
@@ -168,6 +168,9 @@ func runDocScript(t *testing.T, srv *s3test.Server, bin, script string) (string,
 		"FERRY_DOCS_TEST=1"}, srv.Env()...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// A script that exits with an agent still in the background (a failed
+	// command under set -e) returns, rather than wait for the agent's pipe.
+	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // an agent or a server left in the background
 	return out.String(), err
