@@ -18,7 +18,7 @@ import (
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference.md from --help (make docs)")
 
 // referenceCommands are the commands docs/reference.md describes, in order.
-var referenceCommands = []string{"push", "restore", "list", "show", "verify", "copy", "prune", "agent", "status", "flush", "version"}
+var referenceCommands = []string{"push", "restore", "list", "show", "verify", "copy", "prune", "agent", "status", "flush", "doctor", "version"}
 
 // docs/reference.md is generated from --help (`make docs`), so that every
 // flag, default, environment variable and exit code it names is what the
@@ -90,7 +90,7 @@ func envTable() string {
 	rows := map[string]*row{}
 	cmds := map[string]*cli.Command{}
 	for _, c := range []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(), newVerifyCommand(),
-		newCopyCommand(), newPruneCommand(), newAgentCommand(), newStatusCommand(), newFlushCommand()} {
+		newCopyCommand(), newPruneCommand(), newAgentCommand(), newStatusCommand(), newFlushCommand(), newDoctorCommand()} {
 		cmds[c.Name] = c
 	}
 	for _, name := range referenceCommands {
