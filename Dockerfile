@@ -10,7 +10,8 @@
 #       docker build -t ferry .
 #   prebuilt (--target prebuilt-image): no base image at all; the binary and
 #   the CA bundle come from the build context as `make image` lays it out in
-#   dist/image/ (ferry-linux-<arch>, ca-certificates.crt); works offline:
+#   dist/image/ (ferry-linux-<arch>, ca-certificates.crt, LICENSE, NOTICE);
+#   works offline:
 #       make image     # buildah, podman or docker
 #
 # The two images differ only in where the binary was built.
@@ -31,14 +32,16 @@ ARG COMMIT=unknown
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
         -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" \
         -o /out/usr/local/bin/ferry ./cmd/ferry && \
-    mkdir -p /out/etc/ssl/certs && \
-    cp /etc/ssl/certs/ca-certificates.crt /out/etc/ssl/certs/
+    mkdir -p /out/etc/ssl/certs /out/usr/share/doc/ferry && \
+    cp /etc/ssl/certs/ca-certificates.crt /out/etc/ssl/certs/ && \
+    cp LICENSE NOTICE /out/usr/share/doc/ferry/
 
 # --- prebuilt: a binary from `make release` (see make image) --------------
 FROM scratch AS prebuilt
 ARG TARGETARCH
 COPY ferry-linux-${TARGETARCH} /out/usr/local/bin/ferry
 COPY ca-certificates.crt /out/etc/ssl/certs/ca-certificates.crt
+COPY LICENSE NOTICE /out/usr/share/doc/ferry/
 
 # --- the image ---------------------------------------------------------------
 # Both images below are this: an empty base, a non-root user and ferry as

@@ -15,15 +15,24 @@ VERSITYGW_VERSION := v1.8.0
 STATICCHECK := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# Every ferry binary (build, release, image, bench) is built the same way:
+# static (CGO off, so one binary runs on any Linux node, chroot or empty
+# image), -trimpath, version and commit stamped (Go's own VCS stamp is off
+# wherever GOFLAGS=-buildvcs=false).
+# The benchmarks keep the symbol table (perf reads it: BENCH_FLAGS=-perf).
+FERRY_STAMP       = -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+FERRY_BUILD       = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(FERRY_STAMP)"
+FERRY_BENCH_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(FERRY_STAMP)"
 GOTEST_FLAGS ?= -count=1 -timeout 20m
 
 .PHONY: all build tools test test-r2 test-writers unit demo e2e lint fmt clean
 
 all: build
 
-## build: bin/ferry
+## build: bin/ferry, the same static binary as make release's for this platform
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ferry ./cmd/ferry
+	$(FERRY_BUILD) -o $(BIN)/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/ferry-trainsim ./cmd/ferry-trainsim
 
 ## tools: the real S3 server the tests and the demo run against (built once)
@@ -147,6 +156,15 @@ dcp-measure: tools trixie
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/static/ferry ./cmd/ferry
 	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) ./examples/dcp/measure.sh
 
+
+## docs: docs/reference.md and cmd/ferry's golden --help files, generated
+## from --help (TestDocsReference and TestHelpGolden fail, in make test,
+## when they are stale)
+.PHONY: docs
+docs:
+	$(GO) test -count=1 -run '^TestDocsReference$$' ./cmd/ferry/ -update-docs
+	$(GO) test -count=1 -run '^TestHelpGolden$$' ./cmd/ferry/ -update
+
 ## lint: gofmt, go vet, staticcheck, govulncheck (vulncheck)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -212,7 +230,7 @@ TOXIPROXY_VERSION := v2.5.0
 WAN_LINKS         ?= 0ms,100MB 30ms,100MB 80ms,50MB 150ms,25MB
 WAN_FLAGS         ?= -files 8 -size 128MiB -small 1000x256KiB -rounds 2 -phases upload,restore,durable
 bench-wan: tools $(S5CMD) $(TOXIPROXY) bench-deps
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
+	$(FERRY_BENCH_BUILD) -o $(BIN)/bench/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim
 	$(GO) build -o $(BIN)/ferry-bench ./bench
 	for link in $(WAN_LINKS); do \
@@ -232,7 +250,7 @@ test-wan: tools $(TOXIPROXY)
 	FERRY_TOXIPROXY=$(TOXIPROXY) FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^TestCLIDegradingLink$$' ./cmd/ferry/
 
 bench: tools $(S5CMD) bench-deps
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/bench/ferry ./cmd/ferry
+	$(FERRY_BENCH_BUILD) -o $(BIN)/bench/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim
 	$(GO) build -o $(BIN)/ferry-bench ./bench
 	$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -trainsim $(BIN)/bench/ferry-trainsim -versitygw $(VERSITYGW) -s5cmd $(S5CMD) \
@@ -281,19 +299,18 @@ endef
 ## -trimpath, version and commit stamped) in dist/ (git-ignored), with
 ## SHA256SUMS; verify with: cd dist && sha256sum -c SHA256SUMS
 DIST              := $(CURDIR)/dist
-COMMIT            ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
-RELEASE_LDFLAGS    = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .PHONY: release image test-slurm
 release:
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	@set -e; for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
-		echo "CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags \"$(RELEASE_LDFLAGS)\" -o $(DIST)/ferry-$$os-$$arch ./cmd/ferry"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/ferry-$$os-$$arch ./cmd/ferry; \
+		echo "GOOS=$$os GOARCH=$$arch $(FERRY_BUILD) -o $(DIST)/ferry-$$os-$$arch ./cmd/ferry"; \
+		GOOS=$$os GOARCH=$$arch $(FERRY_BUILD) -o $(DIST)/ferry-$$os-$$arch ./cmd/ferry; \
 		$(GO) version -m $(DIST)/ferry-$$os-$$arch | grep -q 'CGO_ENABLED=0' || { echo "ferry-$$os-$$arch: not built with CGO_ENABLED=0"; exit 1; }; \
 	done
+	cp LICENSE NOTICE $(DIST)/
 	cd $(DIST) && sha256sum ferry-* > SHA256SUMS && sha256sum -c SHA256SUMS
 	@# The binary of this machine's platform, if built, says what it is.
 	@host=$(DIST)/ferry-$$($(GO) env GOOS)-$$($(GO) env GOARCH); if [ -x $$host ]; then \
@@ -313,7 +330,7 @@ image: release
 	@[ -n "$(IMAGE_BUILDER)" ] || { echo "make image needs buildah, podman or docker (Debian: apt-get install -y buildah)"; exit 1; }
 	@[ -s $(IMAGE_CA) ] || { echo "make image needs a CA bundle at $(IMAGE_CA) (Debian: apt-get install -y ca-certificates)"; exit 1; }
 	rm -rf $(DIST)/image && mkdir -p $(DIST)/image
-	cp $(DIST)/ferry-linux-$(IMAGE_ARCH) $(IMAGE_CA) $(DIST)/image/
+	cp $(DIST)/ferry-linux-$(IMAGE_ARCH) $(IMAGE_CA) LICENSE NOTICE $(DIST)/image/
 	$(IMAGE_BUILDER) build --target prebuilt-image --build-arg TARGETOS=linux --build-arg TARGETARCH=$(IMAGE_ARCH) \
 		--build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -f $(CURDIR)/Dockerfile -t $(IMAGE) $(DIST)/image
 	@case "$(notdir $(IMAGE_BUILDER))" in \

@@ -194,7 +194,14 @@ while :; do
 done
 # Preempt while the trainer writes the next checkpoint: its files exist
 # but the trainer has not finished them (no line in written.0 yet).
-ckpt=$work/tmp/ckpt-$job
+# The job's own folder: a name with a random part (ferry-train.sbatch).
+ckpt=""
+for _ in $(seq 100); do
+	for d in "$work"/tmp/ferry-ckpt-"$job"-*; do [ -d "$d" ] && ckpt=$d; done
+	[ -n "$ckpt" ] && break
+	sleep 0.1
+done
+[ -n "$ckpt" ] || die "no folder $work/tmp/ferry-ckpt-$job-* on the node"
 writing=""
 for _ in $(seq 300); do
 	for f in "$ckpt"/ep0-ba*-rank0.pt; do
@@ -247,11 +254,14 @@ rec=$work/record
 last_written0=$(cut -d' ' -f1 "$rec/written.0" | sort -n | tail -n 1)
 restored=$(cut -d' ' -f1 "$rec/restored.1" | sort -u)
 [ "$(wc -l <<<"$restored")" -eq 1 ] || die "the requeued run resumed from several steps: $restored"
-flushed=$(sed -n 's/.*(last committed step \([0-9]*\)).*/\1/p' "$work/job.out" | head -n 1)
+# The last step the first run's agent committed, from its last log line
+# (flush names it too, but since flush exits 1 for a step the trainer was
+# killed writing, it may print no such line).
+flushed=$(sed -n 's/.*agent stopped.*"last_committed": *\([0-9]*\).*/\1/p' "$work/job.out" | head -n 1)
 restore_line=$(grep -m1 "^restored step" "$work/job.out" || true)
 echo "  first run: last step written completely $last_written0, last committed at its flush: ${flushed:-none}"
 echo "  requeued run: $restore_line"
-[ -n "$flushed" ] || die "no flush line with the last committed step in the first run's output"
+[ -n "$flushed" ] || die "no 'agent stopped' line with the last committed step in the first run's output"
 # A step the trainer finished just as SIGTERM arrived may be complete on
 # disk without its record line: then it is the next one.
 [ "$flushed" -eq "$last_written0" ] || [ "$flushed" -eq $((last_written0 + EVERY)) ] ||

@@ -50,9 +50,22 @@ func usagef(format string, args ...any) error {
 // process exit code. It never calls os.Exit, so tests can call it.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := &cli.App{
-		Name:                 "ferry",
-		Usage:                "make training checkpoints durable in S3-compatible storage and restore them anywhere",
-		Version:              version,
+		Name:    "ferry",
+		Usage:   "make training checkpoints durable in S3-compatible storage and restore them anywhere",
+		Version: version,
+		Description: commandDoc{
+			about: "ferry runs beside a training job: `ferry agent` uploads each checkpoint the trainer finishes and commits " +
+				"it; `ferry restore`, on any node, brings the latest committed one back, every byte verified. `ferry COMMAND " +
+				"--help` describes each command, with an example and its exit codes.",
+			env: "Every flag that sets how ferry runs has an environment variable, listed with it, and each variable means " +
+				"one thing in every command that reads it: FERRY_FROM the run a command reads, FERRY_TO the run it writes " +
+				"(copy: the destination; status and flush: the agent's), FERRY_CONCURRENCY requests in flight and " +
+				"FERRY_BANDWIDTH the cap on what this node sends (push and the agent; verify and copy have FERRY_VERIFY_* and " +
+				"FERRY_COPY_*). The store: --endpoint (S3_ENDPOINT_URL) and the standard AWS credential chain.",
+			examples: []string{"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty",
+				"ferry agent --watch /nvme/ckpt --to s3://my-bucket/run &"},
+			exits: []string{"0 success", exit1, exit2, exit3 + " (restore, show, verify, copy)"},
+		}.String(),
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: false,

@@ -63,9 +63,21 @@ func newAgentCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "agent",
 		Usage: "watch a checkpoint directory and upload every completed step in the background",
-		Description: "Options also come from environment variables (FERRY_WATCH, FERRY_TO, ... as listed with each flag)\n" +
-			"and from --config FILE, a file of FERRY_NAME=value lines (the format of a systemd EnvironmentFile).\n" +
-			"Flags win over the environment, which wins over the file.",
+		Description: commandDoc{
+			about: "Watches the checkpoint directory --watch and uploads each step once the trainer has finished writing " +
+				"it (the layout's completion marker is there, no temporary file is left, and its files are closed by their " +
+				"writers or unchanged for --settle), then commits its manifest at --to. Run one per node and checkpoint " +
+				"directory, beside the trainer; a --watch that does not exist yet is waited for (logged once). After a crash " +
+				"it resumes where it stopped; on SIGTERM it drains for --drain-timeout. `ferry status` and `ferry flush` talk " +
+				"to it over its control socket.",
+			env: "Options also come from the environment (each flag's variable is listed with it) and from --config FILE, " +
+				"a file of FERRY_NAME=value lines (a systemd EnvironmentFile); flags win over the environment, which wins over " +
+				"the file. FERRY_CONCURRENCY and FERRY_BANDWIDTH are push's too (requests in flight, and the cap on what this " +
+				"node sends); verify and copy have their own.",
+			examples: []string{"ferry agent --watch /nvme/ckpt --to s3://my-bucket/run &"},
+			exits: []string{"0 stopped by SIGTERM or SIGINT after its drain (steps not committed by then resume at the next start)",
+				"1 failure: the bucket or the state dir cannot be used, or another agent runs for the same --watch and --to", exit2},
+		}.String(),
 		Flags:  agentFlags(),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
 		Action: func(c *cli.Context) error {
@@ -159,11 +171,8 @@ func (o agentOptions) validate() error {
 	if !isKnownLayout(o.layout) {
 		return usagef("--layout %q: use one of %s", o.layout, joinNames(detect.LayoutNames()))
 	}
-	fi, err := os.Stat(o.watch)
-	if err != nil {
-		return fmt.Errorf("--watch: %w", err)
-	}
-	if !fi.IsDir() {
+	// A --watch that does not exist yet is waited for (waitForWatchDir).
+	if fi, err := os.Stat(o.watch); err == nil && !fi.IsDir() {
 		return usagef("--watch %s: not a directory", o.watch)
 	}
 	return nil
@@ -185,6 +194,9 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if o.priority == "low" {
 		// First of all that the agent starts: this may re-execute it.
 		lowerPriority(ctx, log)
+	}
+	if ok, err := waitForWatchDir(ctx, o.watch, watchDirPoll, log); !ok {
+		return err
 	}
 	base := stateBase(o.stateDir)
 	stateDir := agent.AgentStateDir(base, agentIdentity(o.watch, loc))

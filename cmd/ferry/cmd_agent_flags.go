@@ -10,9 +10,9 @@ import (
 // agentFlags are `ferry agent`'s flags, each with its FERRY_* variable.
 func agentFlags() []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "config", EnvVars: []string{"FERRY_CONFIG"}, Usage: "`FILE` of FERRY_NAME=value lines"},
-		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to"},
-		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder"},
+		&cli.StringFlag{Name: "config", EnvVars: []string{"FERRY_CONFIG"}, Usage: "`FILE` of FERRY_NAME=value lines, the format of a systemd EnvironmentFile (default: none)"},
+		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "checkpoint `DIR` the trainer writes to (required; waited for if it does not exist yet)"},
+		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder (required)"},
 		&cli.StringFlag{Name: "layout", Value: "auto", EnvVars: []string{"FERRY_LAYOUT"}, Usage: "checkpoint layout: " + joinNames(detect.LayoutNames())},
 		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "base of the journal, upload state and control socket, kept per watch dir and destination under agents/ (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 		&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most upload requests in flight; within it, requests are sized by bytes (16 parts in flight), so small files get many and big parts few"},
@@ -36,7 +36,7 @@ func agentFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "rescan-interval", Value: detect.DefaultRescan, EnvVars: []string{"FERRY_RESCAN_INTERVAL"}, Usage: "full rescan interval (events are the main signal)"},
 		&cli.BoolFlag{Name: "poll", EnvVars: []string{"FERRY_POLL"}, Usage: "poll instead of inotify (NFS, Lustre, FUSE)"},
 		&cli.DurationFlag{Name: "poll-interval", Value: detect.DefaultPollInterval, EnvVars: []string{"FERRY_POLL_INTERVAL"}, Usage: "rescan interval with --poll"},
-		&cli.StringFlag{Name: "step-pattern", EnvVars: []string{"FERRY_STEP_PATTERN"}, Usage: "`REGEX` reading the step from a name (flat and dcp layouts)"},
+		&cli.StringFlag{Name: "step-pattern", EnvVars: []string{"FERRY_STEP_PATTERN"}, Usage: "`REGEX` reading the step from a name (flat and dcp layouts; default: the layout's own names)"},
 		&cli.IntFlag{Name: "expected-ranks", EnvVars: []string{"FERRY_EXPECTED_RANKS"}, Usage: "ranks of this node that write files (ranks in names, else ZeRO (dp, mp) pairs or Megatron mp_rank folders); a step waits for all of them, and with them can complete when its files are closed (0: unknown, the settle window decides)"},
 		&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone (nodes without rank 0)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},

@@ -51,24 +51,34 @@ func newCopyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "copy",
 		Usage: "copy committed steps to another bucket or store (R2 to S3 and back) through memory, every byte checked against the manifest's BLAKE3",
-		Description: "Copies the latest committed step unless told --step N, --last N or --all, oldest first, and commits each step's manifest\n" +
-			"at the destination last and create-only, as a push does. Objects stream through memory, never a local disk; an object whose\n" +
-			"bytes do not match the source's manifest is refused and its step is not committed. Run it again after a stop: it sends only\n" +
-			"what the destination lacks. Files the destination holds for its previous step are deduplicated.\n" +
-			"The destination's --to-endpoint, --to-region and --to-profile default to the source's --endpoint, --region and --profile;\n" +
-			"credentials come from --to-profile, else " + envToAccessKey + " and " + envToSecretKey + ", else the source's chain.",
+		Description: commandDoc{
+			about: "Copies committed steps of the run at --from to --to, another bucket or store: the latest unless told " +
+				"--step N, --last N or --all, oldest first. Objects stream through memory, never a local disk; an object whose " +
+				"bytes do not match the source's manifest is refused and its step is not committed. Each step's manifest is " +
+				"committed at the destination last and create-only, as a push does. Run it again after a stop: it sends only " +
+				"what the destination lacks.",
+			env: "FERRY_FROM is the source and FERRY_TO the destination, as for the commands that read and write runs: in a " +
+				"job environment that sets both for restore and the agent, give --to. The destination's --to-endpoint, " +
+				"--to-region and --to-profile default to the source's; its keys come from --to-profile, else " + envToAccessKey +
+				", " + envToSecretKey + " and " + envToSessionToken + ", else the source's credentials. Its limits are its own, " +
+				"FERRY_COPY_CONCURRENCY and FERRY_COPY_BANDWIDTH (a cap on what it reads).",
+			examples: []string{"ferry copy --from s3://r2-bucket/run --to s3://s3-bucket/run --to-endpoint https://s3.us-east-1.amazonaws.com --to-region us-east-1 --all"},
+			exits: []string{"0 every step chosen is committed at the destination",
+				"1 a step was not copied (the message names it and why)", exit2,
+				"3 nothing is committed at --from, or --step N is not committed"},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "source checkpoint location `s3://bucket/prefix` or file:///folder"},
-			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination checkpoint location `s3://bucket/prefix` or file:///folder"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "source checkpoint location `s3://bucket/prefix` or file:///folder (required)"},
+			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination checkpoint location `s3://bucket/prefix` or file:///folder (required)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "copy this step (default: the latest committed)"},
 			&cli.IntFlag{Name: "last", Usage: "copy the newest `N` committed steps"},
 			&cli.BoolFlag{Name: "all", Usage: "copy every committed step"},
 			&cli.StringFlag{Name: "to-endpoint", EnvVars: []string{"FERRY_TO_ENDPOINT"}, Usage: "the destination's S3 API `URL` (default: the source's)"},
 			&cli.StringFlag{Name: "to-region", EnvVars: []string{"FERRY_TO_REGION"}, Usage: "the destination's region (default: the source's)"},
-			&cli.StringFlag{Name: "to-profile", EnvVars: []string{"FERRY_TO_PROFILE"}, Usage: "AWS shared config `profile` for the destination"},
+			&cli.StringFlag{Name: "to-profile", EnvVars: []string{"FERRY_TO_PROFILE"}, Usage: "AWS shared config `profile` for the destination (default: the keys in FERRY_TO_AWS_ACCESS_KEY_ID, FERRY_TO_AWS_SECRET_ACCESS_KEY and FERRY_TO_AWS_SESSION_TOKEN, else the source's credentials)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON: each step, and the requests made to each store by operation"},
-			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the rate read from the source, e.g. 800MiB/s (default: unlimited)"},
-			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_CONCURRENCY"}, Value: copier.DefaultConcurrency, Usage: "most object requests in flight"},
+			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_COPY_BANDWIDTH"}, Usage: "cap the rate read from the source, e.g. 800MiB/s (default: unlimited)"},
+			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_COPY_CONCURRENCY"}, Value: copier.DefaultConcurrency, Usage: "most object requests in flight"},
 			conditionalWritesFlag(),
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {

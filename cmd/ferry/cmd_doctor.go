@@ -20,9 +20,13 @@ func newDoctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "check, before the job, everything `ferry agent` with the same settings needs: endpoint, credentials, bucket, permissions, conditional writes, clock, watch dir, state dir",
-		Description: "Reads the agent's flags, environment and --config file, and prints one line per check: ok, warn or fail, with the fix.\n" +
-			"It writes a few scratch objects under the prefix (a multipart upload of 10 MiB among them) and deletes them again.\n" +
-			"Exit status 1 when a check fails.",
+		Description: commandDoc{
+			about: "Reads the agent's flags, environment and --config file, and prints one line per check: ok, warn or fail, " +
+				"with the fix. It writes a few scratch objects under the prefix (a multipart upload of 10 MiB among them) and " +
+				"deletes them again.",
+			examples: []string{"ferry doctor --watch /nvme/ckpt --to s3://my-bucket/run"},
+			exits:    []string{"0 every check is ok (warnings allowed)", "1 a check failed (its line says the fix)", exit2},
+		}.String(),
 		Flags:  append(agentFlags(), &cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"}),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
 		Action: func(c *cli.Context) error {

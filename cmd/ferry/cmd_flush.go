@@ -20,6 +20,15 @@ func newFlushCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "flush",
 		Usage: "wait until the running agent has committed every checkpoint it has seen; exit 1 naming the steps that are not",
+		Description: commandDoc{
+			about: "Waits until the agent running on this machine has committed every complete checkpoint it has seen, so " +
+				"that a job script knows its work is durable before the node goes away. Run it after training ends, then stop " +
+				"the agent.",
+			env:      "FERRY_STATE_DIR, FERRY_WATCH and FERRY_TO name the agent as they did when it was started.",
+			examples: []string{"ferry flush --timeout 15m && kill -TERM \"$agent\""},
+			exits: []string{"0 every complete step the agent has seen is committed",
+				"1 a step is not committed by --timeout, or failed (the message names each), or no agent answers", exit2},
+		}.String(),
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "timeout", Value: 15 * time.Minute, EnvVars: []string{"FERRY_FLUSH_TIMEOUT"}, Usage: "give up after this long (0: wait as long as it takes)"},
 		}, selectorFlags()...),

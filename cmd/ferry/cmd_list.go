@@ -24,8 +24,14 @@ func newListCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "list committed steps: step, files, bytes, created",
+		Description: commandDoc{
+			about: "Lists the committed steps of the run at --from, newest first, one line each: step, files, bytes, and " +
+				"when it was committed. Steps still uploading, and parts of steps other nodes have not finished, are not listed.",
+			examples: []string{"ferry list --from s3://my-bucket/run --last 5"},
+			exits:    []string{"0 listed (nothing printed when nothing is committed)", exit1, exit2},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
 			&cli.IntFlag{Name: "last", Value: 0, Usage: "show only the newest `N` steps (0: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		}, commonFlags()...),

@@ -27,11 +27,16 @@ func newPruneCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "prune",
 		Usage: "delete committed steps outside a retention policy, then objects nothing references",
-		Description: "Deletes the manifests of steps outside the policy, then objects no kept manifest references\n" +
-			"(once older than --min-age), then node parts and multipart uploads abandoned for --abandoned-after.\n" +
-			"Safe while agents upload, as long as --min-age exceeds the longest push of one node.",
+		Description: commandDoc{
+			about: "Deletes the manifests of steps outside the policy (--keep-last N, plus every --keep-every K), then the " +
+				"objects no kept manifest references once older than --min-age, then node parts and multipart uploads " +
+				"abandoned for --abandoned-after. Never an object a kept manifest or a step still uploading needs: safe while " +
+				"agents upload, as long as --min-age exceeds the longest push of one node. --dry-run prints what a real run deletes.",
+			examples: []string{"ferry prune --from s3://my-bucket/run --keep-last 3 --keep-every 10000 --dry-run"},
+			exits:    []string{"0 pruned (or nothing to prune)", exit1, exit2},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
 			&cli.IntFlag{Name: "keep-last", Usage: "keep the `N` newest committed steps (required, at least 1)"},
 			&cli.Int64Flag{Name: "keep-every", Usage: "also keep every step divisible by `K`"},
 			&cli.DurationFlag{Name: "min-age", Value: prune.DefaultMinAge, Usage: "grace period: delete unreferenced objects, and objects of pruned manifests, only once this old (0: now; only when nothing uploads)"},

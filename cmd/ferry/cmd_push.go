@@ -43,8 +43,19 @@ func newPushCommand() *cli.Command {
 		Name:      "push",
 		Usage:     "upload a checkpoint directory (or files) as one step and commit its manifest",
 		ArgsUsage: "DIR | FILE...",
+		Description: commandDoc{
+			about: "Uploads a directory (or files) as step --step of the run at --to and commits its manifest last, " +
+				"create-only: the step exists remotely once every byte is durable, or not at all. Files under 4 MiB are packed " +
+				"(--pack), a file unchanged since the previous step is referenced instead of sent, a killed push started " +
+				"again with the same arguments resumes, and pushing a step again with the same content sends nothing.",
+			env: "FERRY_TO, FERRY_CONCURRENCY, FERRY_BANDWIDTH, FERRY_PART_SIZE and FERRY_PACK mean here what they mean for " +
+				"`ferry agent` (the location written, requests in flight, the upload rate cap): a job environment set for the agent " +
+				"tunes push the same way.",
+			examples: []string{"ferry push --to s3://my-bucket/run --step 1000 /nvme/ckpt/step-1000"},
+			exits:    []string{"0 the step is committed (or was already, with the same content)", exit1, exit2},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder (the agent's FERRY_TO)"},
+			&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder (required)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "training step this checkpoint belongs to (required)"},
 			&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size (raised so no object needs more than 10,000 parts)"},
 			&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most upload requests in flight; within it, requests are sized by bytes (16 parts in flight), so small files get many and big parts few"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -48,9 +49,24 @@ func newRestoreCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "restore",
 		Usage: "download and verify a committed checkpoint step into a directory",
+		Description: commandDoc{
+			about: "Restores the latest committed step (or --step N) of the run at --from into --to: the manifest is checked " +
+				"as untrusted input, files are fetched with parallel ranged GETs, each file's size and BLAKE3 are checked as the " +
+				"bytes arrive, and each verified file is renamed into place. Files already correct are kept, so an interrupted " +
+				"restore resumes; files the manifest does not name are left alone. --to is created if missing, also when " +
+				"nothing is committed and --allow-empty lets a first run start fresh.",
+			env: "FERRY_FROM is the location every command that reads a run reads (restore, list, show, verify, prune, copy's " +
+				"source); FERRY_CONCURRENCY (requests in flight) is shared with push and the agent, with the same default.",
+			examples: []string{
+				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty",
+				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --step 1000 --exclude '*optim*'",
+			},
+			exits: []string{"0 restored (or, with --allow-empty, nothing is committed yet and --to exists, empty)", exit1, exit2,
+				"3 nothing is committed at --from (without --allow-empty), or --step N is not committed"},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
-			&cli.StringFlag{Name: "to", Usage: "target `DIR` (created if missing)"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
+			&cli.StringFlag{Name: "to", Usage: "target `DIR` (required; created if missing, also when nothing is committed)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to restore (default: the latest committed)"},
 			&cli.BoolFlag{Name: "allow-empty", Usage: "exit 0 when nothing is committed yet, so a job can start fresh; with --include, let a pattern match no file"},
 			&cli.IntFlag{Name: "concurrency", Value: restore.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most ranged GETs in flight; within it, GETs are sized by bytes (16 ranges in flight), so small files get many and big files few"},
@@ -63,11 +79,11 @@ func newRestoreCommand() *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what the restore would do (files to download, files in place it would re-verify, bytes, requests and their price at R2's rates) and fetch no data"},
 			&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
 			&cli.DurationFlag{Name: "low-speed-time", Value: restore.DefaultLowSpeedTime, EnvVars: []string{"FERRY_LOW_SPEED_TIME"}, Usage: "the window of --low-speed-limit"},
-			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8"},
-			&cli.StringSliceFlag{Name: "include", Usage: "restore only the files whose manifest path matches `PATTERN` (repeatable): * ? [..] within a name, ** across folders, a name without a slash at any depth (*.safetensors), a folder with everything below it (global_step100); links come with their targets"},
-			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out the files (and links) whose manifest path matches `PATTERN` (repeatable; syntax as --include), e.g. '*optim_states*'"},
+			&cli.StringFlag{Name: "ranks", Usage: "restore only these ranks' files (and files without a rank), e.g. 0-3,8 (default: every rank)"},
+			&cli.StringSliceFlag{Name: "include", Usage: "restore only the files whose manifest path matches `PATTERN` (repeatable): * ? [..] within a name, ** across folders, a name without a slash at any depth (*.safetensors), a folder with everything below it (global_step100); links come with their targets (default: every file)"},
+			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out the files (and links) whose manifest path matches `PATTERN` (repeatable; syntax as --include), e.g. '*optim_states*' (default: none)"},
 			&cli.IntFlag{Name: "nodes", Usage: "with --node-rank: restore what one node of a job of this many nodes needs (0: every file; no environment default)"},
-			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1"},
+			&cli.IntFlag{Name: "node-rank", Value: -1, Usage: "this node's rank in the new job, 0..nodes-1 (required with --nodes)"},
 		}, append(peerFlags(), commonFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
@@ -281,6 +297,13 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	switch {
 	case errors.Is(err, remote.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
 		sum.Step, sum.Empty = -1, true
+		// A first run's --to exists afterwards as after any restore, so
+		// that an agent started next on it has a folder to watch.
+		if !o.dryRun {
+			if err := os.MkdirAll(o.to, 0o755); err != nil {
+				return sum, fmt.Errorf("create --to %s: %w", o.to, err)
+			}
+		}
 		return sum, nil
 	case errors.Is(err, remote.ErrNoCheckpoint):
 		return sum, missingStep(ctx, st, loc, o.step, err)

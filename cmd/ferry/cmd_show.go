@@ -22,8 +22,14 @@ func newShowCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "show",
 		Usage: "print the committed manifest JSON of a step (the latest by default)",
+		Description: commandDoc{
+			about: "Prints the manifest of a committed step as JSON: every file with its size, BLAKE3 and object, the " +
+				"format version and the step's metadata (docs/format.md describes each field).",
+			examples: []string{"ferry show --from s3://my-bucket/run --step 1000"},
+			exits:    []string{"0 printed", exit1, exit2, exit3},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to show (default: the latest committed)"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {

@@ -23,6 +23,14 @@ func newStatusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show what the running agent has seen: pending, uploading and committed steps, bytes, rate, last error",
+		Description: commandDoc{
+			about: "Asks the agent running on this machine, over its control socket under the state dir, what it has seen: " +
+				"steps pending, uploading and committed, bytes, rate, the last error. With several agents under one state dir, " +
+				"--watch or --to picks one. An agent still waiting for its watch dir to be created has no socket yet.",
+			env:      "FERRY_STATE_DIR, FERRY_WATCH and FERRY_TO name the agent as they did when it was started.",
+			examples: []string{"ferry status --watch /nvme/ckpt"},
+			exits:    []string{"0 the agent answered", "1 no agent answers at the state dir (the message names it)", exit2},
+		}.String(),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the agent's status as JSON"},
 		}, selectorFlags()...),

@@ -34,21 +34,29 @@ func newVerifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "check that committed steps are restorable, writing nothing locally: manifest, objects present with their sizes, and with --read-data every byte's BLAKE3",
-		Description: "Checks the latest committed step unless told --step N, --last N or --all. Each step's manifest and shards must read and validate,\n" +
-			"and every object they reference must exist with the recorded size (one LIST per folder of objects, a HEAD for a folder of one).\n" +
-			"--read-data streams every object and checks its bytes against the manifest's BLAKE3; --read-data-subset 10% does so for a random\n" +
-			"choice of files holding about that share of each step's bytes. Exit 0 when everything checked holds; 1 with one line per problem\n" +
-			"(missing, wrong size, wrong hash, unreadable, manifest); 3 when there is no committed step.",
+		Description: commandDoc{
+			about: "Checks that committed steps are restorable, writing nothing locally: the latest unless told --step N, " +
+				"--last N or --all. Each step's manifest and shards must read and validate, and every object they reference " +
+				"must exist with the recorded size (one LIST per folder of objects). --read-data streams every object and " +
+				"checks its bytes against the manifest's BLAKE3; --read-data-subset 10% does so for a random choice of files " +
+				"holding about that share of each step's bytes.",
+			env: "Its limits are its own, FERRY_VERIFY_CONCURRENCY and FERRY_VERIFY_BANDWIDTH: FERRY_CONCURRENCY and " +
+				"FERRY_BANDWIDTH, set for uploads, do not change it. FERRY_FROM is the run it reads.",
+			examples: []string{"ferry verify --from s3://my-bucket/run --last 3 --read-data-subset 10%"},
+			exits: []string{"0 every step checked holds",
+				"1 a step is not restorable as recorded: one line per problem (missing, wrong size, wrong hash, unreadable, manifest)",
+				exit2, "3 nothing is committed at --from, or --step N is not committed"},
+		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder"},
+			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "check this step (default: the latest committed)"},
 			&cli.IntFlag{Name: "last", Usage: "check the newest `N` committed steps"},
 			&cli.BoolFlag{Name: "all", Usage: "check every committed step"},
 			&cli.BoolFlag{Name: "read-data", Usage: "also read every object and check its bytes against the manifest's BLAKE3"},
-			&cli.StringFlag{Name: "read-data-subset", Usage: "read and check a random choice of files holding about `PERCENT` of each step's bytes, e.g. 10%"},
+			&cli.StringFlag{Name: "read-data-subset", Usage: "read and check a random choice of files holding about `PERCENT` of each step's bytes, e.g. 10% (default: none)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON: each step with its problems, and the requests made by operation"},
-			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_BANDWIDTH"}, Usage: "cap the read rate of --read-data, e.g. 800MiB/s (default: unlimited)"},
-			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_CONCURRENCY"}, Value: verify.DefaultConcurrency, Usage: "most ranged GETs in flight with --read-data"},
+			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_VERIFY_BANDWIDTH"}, Usage: "cap the read rate of --read-data, e.g. 800MiB/s (default: unlimited)"},
+			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_VERIFY_CONCURRENCY"}, Value: verify.DefaultConcurrency, Usage: "most ranged GETs in flight with --read-data"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := readVerifyOptions(c)

@@ -18,6 +18,11 @@ func newVersionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the version, the source commit and the Go version ferry was built with",
+		Description: commandDoc{
+			about:    "Prints one line naming exactly which binary runs, for a job log or a bug report.",
+			examples: []string{"ferry version"},
+			exits:    []string{"0 printed", "2 an argument was given"},
+		}.String(),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("version takes no arguments (got %q)", c.Args().First())

@@ -26,9 +26,9 @@ import (
 // commonFlags are accepted by every command that talks to a bucket.
 func commonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "endpoint", EnvVars: []string{"FERRY_ENDPOINT"}, Usage: "S3 API `URL` (else S3_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL; else AWS S3)"},
-		&cli.StringFlag{Name: "region", EnvVars: []string{"FERRY_REGION"}, Usage: "region (else AWS_REGION, else \"auto\" as R2 expects)"},
-		&cli.StringFlag{Name: "profile", EnvVars: []string{"FERRY_PROFILE"}, Usage: "AWS shared config `profile` (else AWS_PROFILE)"},
+		&cli.StringFlag{Name: "endpoint", EnvVars: []string{"FERRY_ENDPOINT"}, Usage: "S3 API `URL` (default: S3_ENDPOINT_URL, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else AWS S3)"},
+		&cli.StringFlag{Name: "region", EnvVars: []string{"FERRY_REGION"}, Usage: "region (default: AWS_REGION, else \"auto\" as R2 expects)"},
+		&cli.StringFlag{Name: "profile", EnvVars: []string{"FERRY_PROFILE"}, Usage: "AWS shared config `profile` (default: AWS_PROFILE, else the standard credential chain)"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"FERRY_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", Value: "console", EnvVars: []string{"FERRY_LOG_FORMAT"}, Usage: "console or json"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"FERRY_QUIET"}, Usage: "no progress display and only warnings in the log"},

@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -41,6 +42,8 @@ type kubeManifests struct {
 	jobs       []*batchv1.Job
 	configMaps map[string]*corev1.ConfigMap
 	services   []*corev1.Service
+	policies   []*networkingv1.NetworkPolicy
+	kustomize  []*kustomization
 }
 
 // decodeStrict decodes one YAML document into obj as the API server would
@@ -158,6 +161,10 @@ func loadKubernetes(t *testing.T) kubeManifests {
 				obj = &corev1.ConfigMap{}
 			case "v1 Service":
 				obj = &corev1.Service{}
+			case "networking.k8s.io/v1 NetworkPolicy":
+				obj = &networkingv1.NetworkPolicy{}
+			case "kustomize.config.k8s.io/v1beta1 Kustomization":
+				obj = &kustomization{}
 			default:
 				t.Fatalf("%s: %s %s: add its type to this test so it is checked", where, tm.APIVersion, tm.Kind)
 			}
@@ -171,6 +178,10 @@ func loadKubernetes(t *testing.T) kubeManifests {
 				m.configMaps[o.Name] = o
 			case *corev1.Service:
 				m.services = append(m.services, o)
+			case *networkingv1.NetworkPolicy:
+				m.policies = append(m.policies, o)
+			case *kustomization:
+				m.kustomize = append(m.kustomize, o)
 			}
 		}
 	}
@@ -241,7 +252,7 @@ func loadTrainingPod(t *testing.T) trainingPod {
 // ferrySubcommand is the ferry command a container of the ferry image
 // runs: its first argument (the image's entrypoint is ferry).
 func ferrySubcommand(c *corev1.Container) string {
-	if len(c.Command) > 0 || len(c.Args) == 0 || !strings.Contains(c.Image, "/ferry:") {
+	if len(c.Command) > 0 || len(c.Args) == 0 || c.Image != ferryImage && !strings.Contains(c.Image, "/ferry:") {
 		return ""
 	}
 	return c.Args[0]
@@ -568,7 +579,9 @@ func TestKubernetesTrainingJob(t *testing.T) {
 	secretish := regexp.MustCompile(`(?i)secret|access_key|token|password`)
 	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		for _, e := range c.Env {
-			if e.ValueFrom == nil && secretish.MatchString(e.Name) {
+			// A *_FILE variable names where a secret is (a Secret's
+			// volume), not the secret.
+			if e.ValueFrom == nil && secretish.MatchString(e.Name) && !strings.HasSuffix(e.Name, "_FILE") {
 				t.Errorf("container %s: %s has a value in the manifest; take it from a Secret", c.Name, e.Name)
 			}
 		}
@@ -589,7 +602,7 @@ func TestKubernetesTrainingJob(t *testing.T) {
 	if aenv["FERRY_NODES"] != nodes {
 		t.Errorf("ferry-agent: FERRY_NODES=%q, want the Job's parallelism %s", aenv["FERRY_NODES"], nodes)
 	}
-	if rargs["--nodes"] != nodes {
+	if expandKube(t, p.restore.Name, rargs["--nodes"], renv) != nodes {
 		t.Errorf("ferry-restore: --nodes %q, want the Job's parallelism %s", rargs["--nodes"], nodes)
 	}
 	if m := kubeVar.FindStringSubmatch(rargs["--node-rank"]); m == nil || rfrom[m[1]] == nil || rfrom[m[1]].FieldRef == nil ||
@@ -826,6 +839,11 @@ func TestKubernetesMistakesInContainerLog(t *testing.T) {
 				v = t.TempDir()
 			case k == "FERRY_METRICS_ADDR":
 				v = "off"
+			case k == "FERRY_PEER_TOKEN_FILE": // the Secret ferry-peer's file
+				v = filepath.Join(t.TempDir(), "token")
+				if err := os.WriteFile(v, []byte("a-peer-token\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			out = append(out, k+"="+v)
 		}

@@ -110,3 +110,59 @@ func TestDeployEnvExample(t *testing.T) {
 		}
 	}
 }
+
+// The example's commented FERRY_ lines say they show the defaults: each
+// is an agent flag's variable, with that flag's real default (it once
+// claimed a concurrency of 16 and a bandwidth cap for flags whose defaults
+// were 256 and unlimited).
+func TestDeployEnvExampleDefaults(t *testing.T) {
+	data, err := os.ReadFile(envExample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]string{}
+	for _, f := range newAgentCommand().Flags {
+		df, ok := f.(cli.DocGenerationFlag)
+		if !ok {
+			continue
+		}
+		for _, ev := range df.GetEnvVars() {
+			defaults[ev] = strings.Trim(df.GetDefaultText(), `"`)
+		}
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		name, value, ok := strings.Cut(strings.TrimPrefix(line, "#"), "=")
+		if !strings.HasPrefix(line, "#FERRY_") || !ok {
+			continue
+		}
+		n++
+		def, known := defaults[name]
+		switch {
+		case !known:
+			t.Errorf("%s: no agent flag reads %s", envExample, name)
+		case value != def:
+			t.Errorf("%s shows %s=%s as the default; ferry agent's default is %q", envExample, name, value, def)
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d default lines in %s", n, envExample)
+	}
+}
+
+// The unit gives the agent CAP_LEASE (close-write detection takes a lease
+// on files it may not own) and runs it as a dedicated user, not root.
+func TestDeployUnitLeaseAndUser(t *testing.T) {
+	unit := unitSettings(t, unitFile)
+	if u := unit["User"]; u == "" || u == "root" {
+		t.Errorf("User=%q: run the agent as a dedicated user", u)
+	}
+	for _, k := range []string{"AmbientCapabilities", "CapabilityBoundingSet"} {
+		if !strings.Contains(unit[k], "CAP_LEASE") {
+			t.Errorf("%s=%s lacks CAP_LEASE: without it every step waits out the settle window", k, unit[k])
+		}
+	}
+	if !strings.Contains(unit["RestartPreventExitStatus"], "2") {
+		t.Errorf("RestartPreventExitStatus=%q: a bad setting (exit 2) must not restart every 5 s", unit["RestartPreventExitStatus"])
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden --help files in testdata/help")
@@ -16,7 +18,7 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden --help files i
 // (go test -run TestHelpGolden ./cmd/ferry -update rewrites them). Each
 // flag's line names at most one default.
 func TestHelpGolden(t *testing.T) {
-	cmds := []string{"", "push", "restore", "list", "show", "verify", "copy", "status", "flush", "prune", "agent", "doctor"}
+	cmds := []string{"", "push", "restore", "list", "show", "verify", "copy", "status", "flush", "prune", "agent", "doctor", "version"}
 	for _, name := range cmds {
 		args := []string{"ferry", "--help"}
 		file := "ferry.txt"
@@ -49,6 +51,65 @@ func TestHelpGolden(t *testing.T) {
 		}
 		if out.String() != string(want) {
 			t.Errorf("ferry %s --help differs from %s (run with -update after checking the change):\n%s", name, path, out.String())
+		}
+	}
+}
+
+// Every command's help has a description, an example and its exit codes,
+// and every flag line says its default (bools included) or that the flag
+// is required: a newcomer reads what ferry does when a flag is left out.
+func TestHelpSaysDefaults(t *testing.T) {
+	app := &cli.App{Commands: []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(),
+		newVerifyCommand(), newCopyCommand(), newStatusCommand(), newFlushCommand(), newPruneCommand(), newAgentCommand(),
+		newVersionCommand(), newDoctorCommand()}}
+	for _, cmd := range app.Commands {
+		var out, errb bytes.Buffer
+		if code := Main(context.Background(), []string{"ferry", cmd.Name, "--help"}, &out, &errb); code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd.Name, code, errb.String())
+		}
+		help := out.String()
+		for _, part := range []string{"DESCRIPTION:", "Examples:\n     ferry " + cmd.Name, "Exit codes:\n     0  "} {
+			if !strings.Contains(help, part) {
+				t.Errorf("ferry %s --help lacks %q", cmd.Name, part)
+			}
+		}
+		for _, f := range cmd.VisibleFlags() {
+			line := cli.FlagStringer(f)
+			if f.Names()[0] == "help" {
+				continue
+			}
+			if !strings.Contains(line, "default") && !strings.Contains(line, "(required") {
+				t.Errorf("ferry %s --help: --%s says neither its default nor that it is required: %q", cmd.Name, f.Names()[0], line)
+			}
+		}
+	}
+	// A bool that defaults to true says so (it once read as off).
+	if line := cli.FlagStringer(packFlag()); !strings.Contains(line, "(default: true)") {
+		t.Errorf("--pack: %q, want (default: true)", line)
+	}
+}
+
+// An environment variable means one thing: where two commands read the
+// same FERRY_* variable, their flags have the same default. Commands whose
+// limits differ (verify, copy) have variables of their own.
+func TestEnvVarsOneMeaning(t *testing.T) {
+	type use struct{ cmd, def string }
+	seen := map[string]use{}
+	for _, cmd := range []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(),
+		newVerifyCommand(), newCopyCommand(), newStatusCommand(), newFlushCommand(), newPruneCommand(), newAgentCommand()} {
+		for _, f := range cmd.Flags {
+			df, ok := f.(cli.DocGenerationFlag)
+			if !ok {
+				continue
+			}
+			for _, ev := range df.GetEnvVars() {
+				u := use{cmd.Name, df.GetDefaultText()}
+				if prev, ok := seen[ev]; ok && prev.def != u.def {
+					t.Errorf("%s is --%s of %s (default %q) and of %s (default %q): one variable, two meanings",
+						ev, f.Names()[0], prev.cmd, prev.def, u.cmd, u.def)
+				}
+				seen[ev] = u
+			}
 		}
 	}
 }

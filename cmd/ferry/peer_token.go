@@ -16,7 +16,7 @@ func peerTokenFlags(with string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "peer-token-file", EnvVars: []string{"FERRY_PEER_TOKEN_FILE"},
 			Usage: with + ": a `FILE` holding a secret every node of the job shares, to authenticate peers (or the secret in FERRY_PEER_TOKEN; default: derived from the store credentials)"},
-		&cli.StringFlag{Name: "peer-token", Usage: with + ": the shared secret itself; it shows in ps, so prefer --peer-token-file or FERRY_PEER_TOKEN"},
+		&cli.StringFlag{Name: "peer-token", Usage: with + ": the shared secret itself; it shows in ps, so prefer --peer-token-file or FERRY_PEER_TOKEN (default: none)"},
 		// FERRY_PEER_TOKEN (and a --config file's line) without the flag,
 		// so that --peer-token is set only from the command line.
 		&cli.StringFlag{Name: "peer-token-env", EnvVars: []string{"FERRY_PEER_TOKEN"}, Hidden: true},

@@ -38,7 +38,7 @@ const defaultPeerPort = "7077"
 
 func peerFlags() []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "peers", EnvVars: []string{"FERRY_PEERS"}, Usage: "restore together with the other nodes restoring the step, each range from the bucket once between them: `LIST` of host[:port], \"slurm\" (the job's nodes), \"dns:NAME\" (a headless service) or \"bucket:N\" (N nodes that announce themselves in the bucket, --peer-group)"},
+		&cli.StringFlag{Name: "peers", EnvVars: []string{"FERRY_PEERS"}, Usage: "restore together with the other nodes restoring the step, each range from the bucket once between them: `LIST` of host[:port], \"slurm\" (the job's nodes), \"dns:NAME\" (a headless service) or \"bucket:N\" (N nodes that announce themselves in the bucket, --peer-group); peers talk on --peer-listen's port, 7077 (default: none, restore alone)"},
 		&cli.StringFlag{Name: "peer-group", EnvVars: []string{"FERRY_PEER_GROUP"}, Usage: "with --peers bucket:N: the `ID` the nodes of this job share, new at each restart (default: SLURM_JOB_ID)"},
 		&cli.StringFlag{Name: "peer-advertise", EnvVars: []string{"FERRY_PEER_ADVERTISE"}, Usage: "with --peers bucket:N: the `HOST:PORT` the others reach this node at (default: --peer-listen's host, else this machine's first non-loopback address)"},
 		&cli.StringFlag{Name: "peer-listen", EnvVars: []string{"FERRY_PEER_LISTEN"}, Usage: "with --peers: the `ADDRESS` to serve peers on (default: this node's own address in the peers, port " + defaultPeerPort + ", not every interface); its port is the peers' where --peers gives none. If it cannot be opened, this node restores from the bucket alone"},

@@ -44,8 +44,8 @@ func selectorFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"},
 			Usage: "the state dir the agent was started with (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
-		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "the agent's watched `DIR`, to pick it when several agents share the state dir"},
-		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "the agent's destination `s3://bucket/prefix` or file:///folder, to pick it when several agents share the state dir"},
+		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "the agent's watched `DIR`, to pick it when several agents share the state dir (default: any)"},
+		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "the agent's destination `s3://bucket/prefix` or file:///folder, to pick it when several agents share the state dir (default: any)"},
 	}
 }
 
