@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,5 +47,55 @@ func TestFlushWaitsForTheAgentToStart(t *testing.T) {
 	}
 	if got := h.committedSteps(); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("committed %v, want [1]", got)
+	}
+}
+
+// Flush tells the truth about steps on disk: a step the trainer declared
+// written that can never complete (HF save_only_model on 2 ranks with
+// --expected-ranks 2: one RNG state ever) fails it, naming the step and
+// why; a save killed halfway (a Composer rank whose link still names the
+// previous batch) does not, since the bucket's last complete step is what
+// the trainer resumes from; an unrecognised tree fails it too.
+func TestFlushTellsTheTruth(t *testing.T) {
+	write := func(dir, rel, content string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush := func(h *harness) ([]int64, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		return h.agent.Flush(ctx)
+	}
+	hf := startAgent(t, func(o *Options) { o.Detect.Layout, o.Detect.ExpectedRanks = "hf", 2 })
+	write(hf.watch, "checkpoint-100/model.safetensors", "weights")
+	write(hf.watch, "checkpoint-100/trainer_state.json", `{"global_step": 100}`)
+	if left, err := flush(hf); err == nil || !strings.Contains(err.Error(), "step 100 waits: files of 0 of 2 expected ranks") || len(left) != 1 {
+		t.Fatalf("flush with a declared step that cannot complete: %v %v", left, err)
+	}
+	comp := startAgent(t, func(o *Options) { o.Detect.Layout = "composer" })
+	write(comp.watch, "ep0-ba10-rank0.pt", "rank 0 batch 10")
+	write(comp.watch, "ep0-ba10-rank1.pt", "rank 1 batch 10")
+	for _, r := range []string{"0", "1"} {
+		if err := os.Symlink("ep0-ba10-rank"+r+".pt", filepath.Join(comp.watch, "latest-rank"+r+".pt")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left, err := flush(comp); err != nil || len(left) != 0 {
+		t.Fatalf("flush after batch 10: %v %v", left, err)
+	}
+	write(comp.watch, "ep0-ba20-rank0.pt", "rank 0 batch 20, killed before its link")
+	if left, err := flush(comp); err != nil || len(left) != 0 {
+		t.Fatalf("flush after a save killed halfway: %v %v, want nil (batch 10 is what the trainer resumes from)", left, err)
+	}
+	auto := startAgent(t, func(o *Options) { o.Detect.Layout = "auto" })
+	write(auto.watch, "run7/weights.npz", "a tree no layout takes")
+	if _, err := flush(auto); err == nil || !strings.Contains(err.Error(), "no checkpoint layout recognised") {
+		t.Fatalf("flush on an unrecognised tree: %v", err)
 	}
 }
