@@ -19,6 +19,14 @@ import (
 // (they are in the bucket, which the agent lists at start).
 const maxJournalSteps = 4096
 
+// maxRemovedSteps bounds the entries of steps whose local files
+// --keep-local deleted: beyond the newest ones they are forgotten as above.
+// Without it the journal grew with every step seen up to maxJournalSteps
+// (1.5 MB after 4,096 small steps, rewritten and fsynced twice per commit:
+// make soak); with it, it is bounded by --keep-local plus this. A forgotten
+// step saved again is committed in the bucket already and not revised.
+const maxRemovedSteps = 256
+
 // journal is the agent's record of committed steps, kept in the state dir,
 // so that after a restart (SIGKILL included) no committed step is uploaded
 // again, and --keep-local knows which local files are durable. Uploads in
@@ -158,13 +166,28 @@ func (j *journal) markCommitted(step int64) error {
 	})
 }
 
+// markRemoved records that --keep-local deleted a step's local files,
+// forgetting the oldest removed steps beyond maxRemovedSteps.
 func (j *journal) markRemoved(step int64) error {
 	return j.update(func(d *journalData) {
+		removed := 0
 		for i := range d.Committed {
 			if d.Committed[i].Step == step {
 				d.Committed[i].Removed = true
 			}
+			if d.Committed[i].Removed {
+				removed++
+			}
 		}
+		out := d.Committed[:0]
+		for _, e := range d.Committed { // oldest first
+			if e.Removed && removed > maxRemovedSteps {
+				removed--
+				continue
+			}
+			out = append(out, e)
+		}
+		d.Committed = out
 	})
 }
 
