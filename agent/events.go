@@ -62,6 +62,7 @@ func (a *Agent) handle(ev detect.Event) {
 	case detect.Error:
 		a.unreadableLocked(e, ev, n)
 	}
+	a.forgetFinishedLocked()
 	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
 	select {
 	case a.wake <- struct{}{}:
