@@ -159,8 +159,11 @@ func safetensorsTorn(f *os.File, size int64, headerLen uint64) string {
 // tornFile returns the first file of c cut short by its own format, with
 // the reason, using the engine's cache so an unchanged file is read once.
 func (e *engine) tornFile(c *Candidate) (string, string) {
-	if e.torn == nil || len(e.torn) > 1<<16 {
+	if e.torn == nil {
 		e.torn = map[stat]string{}
+	}
+	if len(e.torn) > e.tornSweepAt {
+		e.sweepTorn()
 	}
 	for _, f := range c.Step.Files {
 		key := stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
@@ -174,4 +177,17 @@ func (e *engine) tornFile(c *Candidate) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// sweepTorn forgets the cached verdicts of files no longer in the tree as
+// they were (deleted, rewritten), and sweeps again once the cache doubled:
+// it holds about the files on disk, not every file ever seen (make soak:
+// 1 MB more for every 1,000 small steps until the old bound of 65,536).
+func (e *engine) sweepTorn() {
+	for k := range e.torn {
+		if ent, ok := e.tree.Get(k.path); !ok || ent.Size != k.size || ent.ModTime.UnixNano() != k.modTime {
+			delete(e.torn, k)
+		}
+	}
+	e.tornSweepAt = max(1024, 2*len(e.torn))
 }
