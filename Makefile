@@ -340,6 +340,19 @@ image: release
 	esac
 	@echo "image $(IMAGE) built; archive: $(DIST)/ferry-image-linux-$(IMAGE_ARCH).tar"
 
+## soak: `ferry agent` at its defaults (plus --keep-local 3) through
+## SOAK_STEPS steps (default 5,000, a small DCP step every 100 ms, a large
+## one every 50th, some deleted by the trainer, ferry prune now and then)
+## against versitygw; prints RSS, descriptors, goroutines, inotify watches,
+## journal and state size every 500 steps and fails when one grows
+## (cmd/ferry-soak, about 9 min). SOAK_FLAGS for more (-every 100 ...).
+SOAK_STEPS ?= 5000
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: build tools
+	$(GO) build -o $(BIN)/ferry-soak ./cmd/ferry-soak
+	$(BIN)/ferry-soak -ferry $(BIN)/ferry -versitygw $(VERSITYGW) -steps $(SOAK_STEPS) $(SOAK_FLAGS)
+
 ## test-slurm: deploy/slurm's batch script on a real one-host SLURM cluster
 ## (installs Debian's slurm-wlm and munge when missing, as root): preempted,
 ## requeued, restored, resumed, finished (scripts/test-slurm.sh)
