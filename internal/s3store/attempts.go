@@ -85,6 +85,8 @@ func (c *Counters) Ops() []string {
 type attemptMiddleware struct {
 	onRequest func(op string)
 	log       *zap.Logger
+	// creds, when set, is reloaded when the server refuses them.
+	creds *rotatingCredentials
 
 	mu         sync.Mutex
 	failSince  time.Time // first failure since the last success; zero if none
@@ -106,11 +108,9 @@ func Uncounted(ctx context.Context) context.Context {
 	return context.WithValue(ctx, uncountedKey{}, true)
 }
 
-func addAttemptMiddleware(onRequest func(string), log *zap.Logger) func(*middleware.Stack) error {
-	m := &attemptMiddleware{onRequest: onRequest, log: log}
-	return func(stack *middleware.Stack) error {
-		return stack.Finalize.Insert(m, "Retry", middleware.After)
-	}
+// add inserts m into a client's middleware stack.
+func (m *attemptMiddleware) add(stack *middleware.Stack) error {
+	return stack.Finalize.Insert(m, "Retry", middleware.After)
 }
 
 // visible reports whether a failure now should be logged at info level,
@@ -145,15 +145,26 @@ func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.Fi
 	if m.onRequest != nil && ctx.Value(uncountedKey{}) == nil {
 		m.onRequest(op)
 	}
+	var used aws.Credentials
+	if m.creds != nil {
+		used, _ = m.creds.Retrieve(ctx)
+	}
 	out, md, err := next.HandleFinalize(ctx, in)
 	if ctx.Err() != nil {
 		return out, md, err
+	}
+	if err != nil && m.creds != nil && credentialsRefused(err) && m.creds.renewed(ctx, used) {
+		err = &retryWithNewCredentials{err: err}
 	}
 	show, streak := m.visible(err != nil)
 	if err != nil {
 		// SDK errors carry the operation, status and request ID, never
 		// credentials: requests are signed in headers, not in URLs.
-		if show {
+		var idle *IdleTimeoutError
+		if errors.As(err, &idle) {
+			// A dead link is worth a line each time: it costs IdleTimeout.
+			m.log.Info("S3 request timed out; retrying", zap.String("op", op), zap.Error(err))
+		} else if show {
 			m.log.Info("still retrying S3 requests", zap.String("op", op), zap.String("failing_for", streak.Round(time.Second).String()), zap.Error(err))
 		} else {
 			m.log.Debug("s3 request attempt failed", zap.String("op", op), zap.Error(err))

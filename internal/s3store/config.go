@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -68,11 +69,22 @@ type Config struct {
 	// server costs a retry instead of a stuck upload. Keep it well above the
 	// time the server needs to assemble a large multipart object.
 	ResponseHeaderTimeout time.Duration
+	// IdleTimeout fails an attempt whose connection has sent and received
+	// nothing for this long (a black-holed link), so that it is retried on
+	// a new connection instead of hanging. 0 means EnvIdleTimeout, else
+	// DefaultIdleTimeout; negative turns it off.
+	IdleTimeout time.Duration
 	// OnRequest, when set, is called once per HTTP attempt (retries included)
 	// with the S3 operation name, e.g. "UploadPart". See Counters.
 	OnRequest func(op string)
 	// Logger receives debug lines about failed attempts. Nil logs nothing.
 	Logger *zap.Logger
+
+	// Test seams (export_test.go): dial replaces the dialer (a resolver
+	// that fails), clockOffset shifts the signing clock (a host clock that
+	// is wrong).
+	dial        dialFunc
+	clockOffset time.Duration
 }
 
 // ResolveEndpoint returns the endpoint to use: flag when set, else the first
@@ -117,9 +129,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		log = zap.NewNop()
 	}
 	endpoint := ResolveEndpoint(cfg.Endpoint)
+	idle, err := idleTimeout(cfg)
+	if err != nil {
+		return nil, err
+	}
 
 	loadOpts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(newHTTPClient(cfg)),
+		config.WithHTTPClient(newHTTPClient(cfg, idle)),
 		config.WithRetryer(func() aws.Retryer { return newRetryer(cfg.MaxAttempts) }),
 		// Since service/s3 v1.73.0 the SDK adds CRC32 to every upload and
 		// validates response checksums, which R2 and others reject. We send
@@ -133,7 +149,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Profile != "" {
 		loadOpts = append(loadOpts, config.WithSharedConfigProfile(cfg.Profile))
 	}
-	if cfg.AccessKeyID != "" && cfg.SecretAccessKey != "" {
+	static := cfg.AccessKeyID != "" && cfg.SecretAccessKey != ""
+	if static {
 		loadOpts = append(loadOpts, config.WithCredentialsProvider(
 			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
 	}
@@ -141,6 +158,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		// LoadDefaultConfig errors name files and settings, never secrets.
 		return nil, fmt.Errorf("s3store: load AWS configuration: %w", err)
+	}
+	if cfg.clockOffset != 0 {
+		awsCfg.HTTPClient = skewedClock{next: awsCfg.HTTPClient, offset: cfg.clockOffset}
 	}
 	if awsCfg.Region == "" {
 		awsCfg.Region = DefaultRegion
@@ -150,6 +170,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.PathStyle != nil {
 		pathStyle = *cfg.PathStyle
 	}
+	attempts := &attemptMiddleware{onRequest: cfg.OnRequest, log: log}
+	if !static && awsCfg.Credentials != nil {
+		// Credentials from the chain may be rotated while ferry runs.
+		attempts.creds = newRotatingCredentials(ctx, awsCfg.Credentials, loadOpts, log)
+		awsCfg.Credentials = attempts.creds
+	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
@@ -158,7 +184,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// R2 does not support Expect: 100-continue; waiting for the 100
 		// costs up to a second per part on servers that ignore it.
 		o.ContinueHeaderThresholdBytes = -1
-		o.APIOptions = append(o.APIOptions, addAttemptMiddleware(cfg.OnRequest, log))
+		o.APIOptions = append(o.APIOptions, attempts.add)
+		if cfg.clockOffset != 0 {
+			o.HTTPSignerV4 = skewedSigner{HTTPSignerV4: newSigner(*o), offset: cfg.clockOffset}
+		}
 	})
 	return &Store{client: client, bucket: cfg.Bucket, endpoint: endpoint, log: log, maxAttempts: cfg.MaxAttempts}, nil
 }
@@ -169,8 +198,16 @@ func (s *Store) Bucket() string { return s.bucket }
 // newHTTPClient keeps the SDK's BuildableClient so that the transport stays
 // an *http.Transport: config.LoadDefaultConfig refuses AWS_CA_BUNDLE with
 // any other client.
-func newHTTPClient(cfg Config) *awshttp.BuildableClient {
+func newHTTPClient(cfg Config, idle time.Duration) *awshttp.BuildableClient {
 	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		dial := tr.DialContext
+		if cfg.dial != nil {
+			dial = cfg.dial
+		}
+		if dial == nil {
+			dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		}
+		tr.DialContext = idleDial(dial, idle)
 		tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxConns)
 		tr.MaxIdleConnsPerHost = cfg.MaxConns
 		tr.MaxConnsPerHost = cfg.MaxConns

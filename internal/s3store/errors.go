@@ -93,6 +93,11 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 	case wrongRegionCodes[code]:
 		return actionable(what, fmt.Sprintf("wrong region (%s: %s): set --region or AWS_REGION to the bucket's region", code, serverMessage(err)),
 			err, ErrAccessDenied)
+	case code == "RequestTimeTooSkewed":
+		// The SDK corrects a skewed clock from the server's Date header and
+		// retries; this is left when it could not.
+		return actionable(what, fmt.Sprintf("this host's clock differs from %s's by more than the 15 minutes S3 allows "+
+			"(RequestTimeTooSkewed): set the clock right (chrony or systemd-timesyncd)", s.endpointName()), err, ErrAccessDenied)
 	case accessDeniedCodes[code] || status == http.StatusForbidden:
 		return s.accessDenied(err, what, code)
 	case code == "NoSuchUpload":

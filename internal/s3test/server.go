@@ -38,7 +38,7 @@ const (
 const startTimeout = 15 * time.Second
 
 // Server is a running S3 server. Its fields are fixed for its lifetime,
-// restarts included.
+// restarts included, except the credentials RotateCredentials changes.
 type Server struct {
 	// Endpoint is the base URL, http://127.0.0.1:PORT (https with WithTLS).
 	Endpoint string
@@ -311,6 +311,18 @@ func (s *Server) Restart(t testing.TB) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("s3test: restart: %v", err)
+}
+
+// RotateCredentials restarts the server with new root credentials on the
+// same port and directory: the old key is refused from then on, as when
+// a key is revoked. AccessKey and SecretKey change (not safe while another
+// goroutine reads them).
+func (s *Server) RotateCredentials(t testing.TB, access, secret string) {
+	t.Helper()
+	s.mustBePrivate("RotateCredentials")
+	s.stop(false)
+	s.AccessKey, s.SecretKey = access, secret
+	s.Restart(t)
 }
 
 // Output returns what the running server has printed so far.

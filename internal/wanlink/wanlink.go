@@ -123,6 +123,22 @@ func (p *Proxy) Set(l Link) error {
 	return nil
 }
 
+// AddToxic adds a toxic of kind (timeout, reset_peer, limit_data,
+// bandwidth, latency...) named name on stream (upstream: client to
+// server; downstream: server to client) with toxiproxy's attributes, on
+// the open connections and the new ones: the fault tests use it.
+func (p *Proxy) AddToxic(name, kind, stream string, attrs map[string]any) error {
+	return p.toxic(name, kind, stream, true, attrs)
+}
+
+// RemoveToxic removes the toxic name added by AddToxic.
+func (p *Proxy) RemoveToxic(name string) error {
+	if !p.have[name] {
+		return fmt.Errorf("toxiproxy: no toxic %q to remove", name)
+	}
+	return p.toxic(name, "", "", false, nil)
+}
+
 // toxic creates, updates or removes one toxic.
 func (p *Proxy) toxic(name, kind, stream string, want bool, attrs map[string]any) error {
 	path := "/proxies/s3/toxics"

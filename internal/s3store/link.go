@@ -1,0 +1,116 @@
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// DefaultIdleTimeout is how long a connection with a request in flight may
+// go without a byte sent or received before the attempt fails and is
+// retried. A black-holed connection (packets dropped, no reset) otherwise
+// hangs a request forever: neither the SDK nor net/http times out S3
+// bodies. Servers keep busy connections alive (S3 sends spaces while it
+// completes a large multipart upload), so a minute of silence is a dead
+// link, not a slow server. FERRY_S3_IDLE_TIMEOUT overrides it.
+const DefaultIdleTimeout = time.Minute
+
+// EnvIdleTimeout names the environment variable that overrides
+// DefaultIdleTimeout (a Go duration, e.g. 20s; 0 turns it off).
+const EnvIdleTimeout = "FERRY_S3_IDLE_TIMEOUT"
+
+// writeChunk bounds each write to the socket so that the idle deadline is
+// renewed at least this often on a slow link: with 16 KiB, a link slower
+// than 16 KiB per idle timeout is taken for dead.
+const writeChunk = 16 << 10
+
+// idleTimeout returns cfg's idle timeout, else EnvIdleTimeout's, else the
+// default; a negative or zero value turns it off.
+func idleTimeout(cfg Config) (time.Duration, error) {
+	if cfg.IdleTimeout != 0 {
+		return max(cfg.IdleTimeout, 0), nil
+	}
+	if v := os.Getenv(EnvIdleTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("s3store: %s=%q: want a duration such as 30s (0 turns the timeout off)", EnvIdleTimeout, v)
+		}
+		return d, nil
+	}
+	return DefaultIdleTimeout, nil
+}
+
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// idleDial wraps dial so that its connections fail an operation once
+// nothing has moved either way for idle.
+func idleDial(dial dialFunc, idle time.Duration) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil || idle <= 0 {
+			return c, err
+		}
+		return &idleConn{Conn: c, idle: idle, addr: addr}, nil
+	}
+}
+
+// idleConn renews one deadline for both directions on every read and
+// every write, so progress either way keeps the other alive: a response
+// awaited while a long body is still being sent does not time out, and a
+// connection silent both ways fails once.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+	addr string
+}
+
+func (c *idleConn) renew() { _ = c.Conn.SetDeadline(time.Now().Add(c.idle)) }
+
+// Read implements io.Reader.
+func (c *idleConn) Read(p []byte) (int, error) {
+	c.renew()
+	n, err := c.Conn.Read(p)
+	return n, c.mapErr(err)
+}
+
+// Write implements io.Writer, in chunks that each renew the deadline.
+func (c *idleConn) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		c.renew()
+		n, err := c.Conn.Write(p[:min(len(p), writeChunk)])
+		written += n
+		p = p[n:]
+		if err != nil {
+			return written, c.mapErr(err)
+		}
+	}
+	return written, nil
+}
+
+func (c *idleConn) mapErr(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &IdleTimeoutError{Addr: c.addr, Idle: c.idle}
+	}
+	return err
+}
+
+// IdleTimeoutError is the error of a connection that went silent: nothing
+// sent or received for Idle. The request is retried on a new connection.
+type IdleTimeoutError struct {
+	Addr string
+	Idle time.Duration
+}
+
+func (e *IdleTimeoutError) Error() string {
+	return fmt.Sprintf("connection to %s silent for %v, nothing sent or received (%s): closed, the request will be retried", e.Addr, e.Idle, EnvIdleTimeout)
+}
+
+// Timeout reports true: the error is a network timeout.
+func (e *IdleTimeoutError) Timeout() bool { return true }
+
+// Temporary reports true: a new connection may work.
+func (e *IdleTimeoutError) Temporary() bool { return true }
