@@ -162,26 +162,45 @@ func TestFaultLatencySpikes(t *testing.T) {
 
 // The credentials rotated while the agent runs: the server is restarted
 // with a new key (the old one is refused from then on), and only 3 s later
-// is the new key written to the shared credentials file the agent reads
-// (AWS_SHARED_CREDENTIALS_FILE). The step saved in between fails with
-// InvalidAccessKeyId until the file changes; then the agent reloads the
-// credentials, says so, and commits it. No restart.
+// does the agent's credential source hand out the new key: the shared
+// credentials file (AWS_SHARED_CREDENTIALS_FILE), or the JSON a
+// credential_process prints (AWS_CONFIG_FILE). The step saved in between
+// fails with InvalidAccessKeyId until the source changes; then the agent
+// reloads the credentials, says so, and commits it. No restart.
 func TestFaultCredentialsRotated(t *testing.T) {
+	for _, source := range []string{"shared credentials file", "credential_process"} {
+		t.Run(source, func(t *testing.T) { credentialsRotated(t, source == "credential_process") })
+	}
+}
+
+func credentialsRotated(t *testing.T, process bool) {
 	srv := s3test.Start(t, s3test.WithCredentials("ferryoldkey0001", "ferryoldsecret0123456789"))
-	creds := filepath.Join(t.TempDir(), "credentials")
-	writeCreds := func(access, secret string) {
-		data := "[default]\naws_access_key_id = " + access + "\naws_secret_access_key = " + secret + "\n"
-		if err := os.WriteFile(creds+".tmp", []byte(data), 0o600); err != nil {
+	dir := t.TempDir()
+	creds, config := filepath.Join(dir, "credentials"), filepath.Join(dir, "config")
+	writeAtomic := func(path, data string) {
+		if err := os.WriteFile(path+".tmp", []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(creds+".tmp", creds); err != nil {
+		if err := os.Rename(path+".tmp", path); err != nil {
 			t.Fatal(err)
 		}
 	}
+	writeCreds := func(access, secret string) {
+		if process {
+			writeAtomic(creds, `{"Version": 1, "AccessKeyId": "`+access+`", "SecretAccessKey": "`+secret+`"}`)
+			return
+		}
+		writeAtomic(creds, "[default]\naws_access_key_id = "+access+"\naws_secret_access_key = "+secret+"\n")
+	}
 	writeCreds(srv.AccessKey, srv.SecretKey)
+	env := []string{"AWS_REGION=" + srv.Region, "S3_ENDPOINT_URL=" + srv.Endpoint, "AWS_SHARED_CREDENTIALS_FILE=" + creds}
+	if process {
+		writeAtomic(config, "[default]\ncredential_process = /bin/cat "+creds+"\n")
+		env = []string{"AWS_REGION=" + srv.Region, "S3_ENDPOINT_URL=" + srv.Endpoint, "AWS_CONFIG_FILE=" + config,
+			"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "none")}
+	}
 	bucket := srv.NewBucket(t)
 	watch, state := t.TempDir(), t.TempDir()
-	env := []string{"AWS_SHARED_CREDENTIALS_FILE=" + creds, "AWS_REGION=" + srv.Region, "S3_ENDPOINT_URL=" + srv.Endpoint}
 	agent := startSupervisedAgent(t, env, "--watch", watch, "--to", "s3://"+bucket+"/run", "--state-dir", state,
 		"--layout", "composer", "--settle", "300ms", "--expected-ranks", "2", "--metrics-addr", "off")
 	r := &faultRun{t: t, st: srv.Store(t, bucket), bucket: bucket, agent: agent, state: state,
@@ -205,4 +224,5 @@ func TestFaultCredentialsRotated(t *testing.T) {
 	problems, all := r.finish()
 	logsSay(t, all, "retrying with the new credentials", "…0002")
 	saysWhatItWillDo(t, problems)
+	neverSays(t, all, "ferrynewsecret")
 }
