@@ -20,7 +20,7 @@ import (
 // mid-body, the restore resumes them and every byte matches.
 func TestFaultResetMidBody(t *testing.T) {
 	srv := s3test.Shared(t)
-	r := startFaultRun(t, srv, srv)
+	r := startFaultRun(t, srv, srv, 0)
 	r.write(100)
 	r.waitCommitted(100, time.Minute)
 
@@ -54,7 +54,7 @@ func TestFaultResetMidBody(t *testing.T) {
 // hole that never resets hangs the requests for ever.
 func TestFaultBlackHolePart(t *testing.T) {
 	srv := s3test.Shared(t)
-	r := startFaultRun(t, srv, srv)
+	r := startFaultRun(t, srv, srv, faultIdle)
 	r.write(100)
 	r.waitCommitted(100, time.Minute)
 
@@ -92,7 +92,7 @@ func TestFaultBlackHoleManifest(t *testing.T) {
 		Rules: []s3proxy.Rule{{Ops: []string{s3proxy.OpPutObject}, KeyPrefix: manifest.ManifestKey("run", 200),
 			Times: 1, Action: s3proxy.Delay(2 * time.Second)}},
 	})
-	r := startFaultRun(t, view, srv)
+	r := startFaultRun(t, view, srv, faultIdle)
 	r.write(100)
 	r.waitCommitted(100, time.Minute)
 	r.write(200)
@@ -117,11 +117,11 @@ func TestFaultBlackHoleManifest(t *testing.T) {
 
 // The bandwidth falls to 100 kB/s per connection each way for 15 s (the
 // issue says 60 s; 15 s already holds a step of 22 MiB back, and the
-// idle timeout of 8 s must not take a slow link for a dead one), then
+// idle timeout must not take the slow link for a dead one), then
 // recovers: the step commits with no warning or error at all.
 func TestFaultSlowLink(t *testing.T) {
 	srv := s3test.Shared(t)
-	r := startFaultRun(t, srv, srv)
+	r := startFaultRun(t, srv, srv, 0)
 	r.write(100)
 	r.waitCommitted(100, time.Minute)
 	r.toxic("slow_up", "bandwidth", "upstream", map[string]any{"rate": 100})
@@ -141,7 +141,7 @@ func TestFaultSlowLink(t *testing.T) {
 // while a step uploads: slower, and nothing else.
 func TestFaultLatencySpikes(t *testing.T) {
 	srv := s3test.Shared(t)
-	r := startFaultRun(t, srv, srv)
+	r := startFaultRun(t, srv, srv, 0)
 	r.write(100)
 	r.waitCommitted(100, time.Minute)
 	r.toxic("spike_up", "latency", "upstream", map[string]any{"latency": 2500, "jitter": 500})

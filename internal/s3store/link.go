@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,31 +61,63 @@ func idleDial(dial dialFunc, idle time.Duration) dialFunc {
 // idleConn renews one deadline for both directions on every read and
 // every write, so progress either way keeps the other alive: a response
 // awaited while a long body is still being sent does not time out, and a
-// connection silent both ways fails once.
+// connection silent both ways fails. Progress includes the peer taking
+// bytes out of the send queue: on a slow link the kernel buffers
+// megabytes of a part, the writer waits for its answer long after its
+// last write, and only the shrinking queue (outq) shows the link alive.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
 	addr string
+	// queued is the send queue seen when a deadline last expired (-1:
+	// none since the last read or write); only the goroutine that met the
+	// expiry touches it, and reads and writes reset it, so the transport's
+	// one reader and one writer may race only on a hint.
+	queued atomic.Int64
 }
 
-func (c *idleConn) renew() { _ = c.Conn.SetDeadline(time.Now().Add(c.idle)) }
+func (c *idleConn) renew() {
+	c.queued.Store(-1)
+	_ = c.Conn.SetDeadline(time.Now().Add(c.idle))
+}
+
+// alive is asked when the deadline expired: it reports whether the send
+// queue shrank since the last expiry (or holds data, at the first one),
+// and then extends the deadline by another idle period.
+func (c *idleConn) alive() bool {
+	q := outq(c.Conn)
+	last := c.queued.Swap(q)
+	if q <= 0 || (last >= 0 && q >= last) {
+		return false
+	}
+	_ = c.Conn.SetDeadline(time.Now().Add(c.idle))
+	return true
+}
 
 // Read implements io.Reader.
 func (c *idleConn) Read(p []byte) (int, error) {
 	c.renew()
-	n, err := c.Conn.Read(p)
-	return n, c.mapErr(err)
+	for {
+		n, err := c.Conn.Read(p)
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && c.alive() {
+			continue
+		}
+		return n, c.mapErr(err)
+	}
 }
 
 // Write implements io.Writer, in chunks that each renew the deadline.
 func (c *idleConn) Write(p []byte) (int, error) {
 	written := 0
+	c.renew()
 	for len(p) > 0 {
-		c.renew()
 		n, err := c.Conn.Write(p[:min(len(p), writeChunk)])
 		written += n
 		p = p[n:]
-		if err != nil {
+		if n > 0 {
+			c.renew()
+		}
+		if err != nil && !(errors.Is(err, os.ErrDeadlineExceeded) && (n > 0 || c.alive())) {
 			return written, c.mapErr(err)
 		}
 	}
@@ -106,7 +139,7 @@ type IdleTimeoutError struct {
 }
 
 func (e *IdleTimeoutError) Error() string {
-	return fmt.Sprintf("connection to %s silent for %v, nothing sent or received (%s): closed, the request will be retried", e.Addr, e.Idle, EnvIdleTimeout)
+	return fmt.Sprintf("connection to %s silent for %v: nothing received, nothing sent or taken by the peer (%s): closed, the request will be retried", e.Addr, e.Idle, EnvIdleTimeout)
 }
 
 // Timeout reports true: the error is a network timeout.
