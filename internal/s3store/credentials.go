@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 )
 
 // rotatingCredentials serves the credentials of the standard chain and
@@ -21,11 +22,10 @@ type rotatingCredentials struct {
 	load func(ctx context.Context) (aws.CredentialsProvider, error)
 	log  *zap.Logger
 
-	mu  sync.Mutex // guards cur; never held across a reload
+	mu  sync.Mutex // guards cur; never held across I/O
 	cur aws.CredentialsProvider
-	// reloading serializes reloads: the first refused request reloads,
-	// the others wait for its result.
-	reloading sync.Mutex
+	// reloads merges the reloads of requests refused at the same time.
+	reloads singleflight.Group
 }
 
 // Retrieve implements aws.CredentialsProvider.
@@ -40,34 +40,42 @@ func (r *rotatingCredentials) Retrieve(ctx context.Context) (aws.Credentials, er
 // reports whether the credentials it now serves differ from used (then the
 // refused request is worth another attempt).
 func (r *rotatingCredentials) renewed(ctx context.Context, used aws.Credentials) bool {
-	r.reloading.Lock()
-	defer r.reloading.Unlock()
 	// Another request may have reloaded them already.
 	if now, err := r.Retrieve(ctx); err == nil && !sameCredentials(now, used) {
 		return true
 	}
-	p, err := r.load(ctx)
+	v, err, _ := r.reloads.Do("reload", func() (any, error) { return r.reload(ctx) })
 	if err != nil {
-		r.log.Warn("S3 refused the credentials and reloading them failed; the request fails and its step will be retried",
+		r.log.Warn("S3 refused the credentials and reloading them failed; the request fails and will be retried with its step",
 			zap.Error(err))
 		return false
+	}
+	now := v.(aws.Credentials)
+	return !sameCredentials(now, used)
+}
+
+// reload loads the chain again and serves its credentials from now on if
+// they differ from the current ones.
+func (r *rotatingCredentials) reload(ctx context.Context) (aws.Credentials, error) {
+	old, _ := r.Retrieve(ctx)
+	p, err := r.load(ctx)
+	if err != nil {
+		return aws.Credentials{}, err
 	}
 	now, err := p.Retrieve(ctx)
 	if err != nil {
-		r.log.Warn("S3 refused the credentials and the reloaded ones cannot be read; the request fails and its step will be retried",
-			zap.Error(err))
-		return false
+		return aws.Credentials{}, fmt.Errorf("s3store: read the reloaded credentials: %w", err)
 	}
-	if sameCredentials(now, used) {
-		return false
+	if sameCredentials(now, old) {
+		return now, nil
 	}
 	r.mu.Lock()
 	r.cur = p
 	r.mu.Unlock()
 	r.log.Warn("S3 refused the credentials in use and new ones were found: retrying with the new credentials",
-		zap.String("source", now.Source), zap.String("old_access_key", keyHint(used.AccessKeyID)),
+		zap.String("source", now.Source), zap.String("old_access_key", keyHint(old.AccessKeyID)),
 		zap.String("new_access_key", keyHint(now.AccessKeyID)))
-	return true
+	return now, nil
 }
 
 func sameCredentials(a, b aws.Credentials) bool {
