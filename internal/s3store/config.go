@@ -69,9 +69,9 @@ type Config struct {
 	// server costs a retry instead of a stuck upload. Keep it well above the
 	// time the server needs to assemble a large multipart object.
 	ResponseHeaderTimeout time.Duration
-	// IdleTimeout fails an attempt whose connection has sent and received
-	// nothing for this long (a black-holed link), so that it is retried on
-	// a new connection instead of hanging. 0 means EnvIdleTimeout, else
+	// IdleTimeout fails an attempt whose connection has received nothing,
+	// and sent nothing the peer took, for this long (a black-holed link), so
+	// that it is retried on a new connection instead of hanging. 0 means EnvIdleTimeout, else
 	// DefaultIdleTimeout; negative turns it off.
 	IdleTimeout time.Duration
 	// OnRequest, when set, is called once per HTTP attempt (retries included)
@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	attempts := &attemptMiddleware{onRequest: cfg.OnRequest, log: log}
 	if !static && awsCfg.Credentials != nil {
 		// Credentials from the chain may be rotated while ferry runs.
-		attempts.creds = newRotatingCredentials(ctx, awsCfg.Credentials, loadOpts, log)
+		attempts.creds = newRotatingCredentials(awsCfg.Credentials, loadOpts, log)
 		awsCfg.Credentials = attempts.creds
 	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {

@@ -115,7 +115,7 @@ func (e *retryWithNewCredentials) Unwrap() error { return e.err }
 func (e *retryWithNewCredentials) RetryableError() bool { return true }
 
 // newRotatingCredentials loads the standard chain with opts.
-func newRotatingCredentials(ctx context.Context, cur aws.CredentialsProvider, opts []func(*config.LoadOptions) error, log *zap.Logger) *rotatingCredentials {
+func newRotatingCredentials(cur aws.CredentialsProvider, opts []func(*config.LoadOptions) error, log *zap.Logger) *rotatingCredentials {
 	return &rotatingCredentials{cur: cur, log: log, load: func(ctx context.Context) (aws.CredentialsProvider, error) {
 		cfg, err := config.LoadDefaultConfig(ctx, opts...)
 		if err != nil {
