@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -65,33 +65,48 @@ func idleDial(dial dialFunc, idle time.Duration) dialFunc {
 // bytes out of the send queue: on a slow link the kernel buffers
 // megabytes of a part, the writer waits for its answer long after its
 // last write, and only the shrinking queue (outq) shows the link alive.
+// The queue emptied counts once more: the peer still owes the answer.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
 	addr string
-	// queued is the send queue seen when a deadline last expired (-1:
-	// none since the last read or write); only the goroutine that met the
-	// expiry touches it, and reads and writes reset it, so the transport's
-	// one reader and one writer may race only on a hint.
-	queued atomic.Int64
+
+	// The reader and the writer meet the same expired deadline at once:
+	// the first to check decides for both (checkedAt within idle/2).
+	mu        sync.Mutex
+	queued    int64 // send queue at the last check; -1: none since progress
+	checkedAt time.Time
+	verdict   bool
 }
 
 func (c *idleConn) renew() {
-	c.queued.Store(-1)
+	c.mu.Lock()
+	c.queued, c.checkedAt = -1, time.Time{}
+	c.mu.Unlock()
 	_ = c.Conn.SetDeadline(time.Now().Add(c.idle))
 }
 
-// alive is asked when the deadline expired: it reports whether the send
-// queue shrank since the last expiry (or holds data, at the first one),
-// and then extends the deadline by another idle period.
+// alive is asked when the deadline expired: it reports whether the peer
+// took bytes from the send queue since the last check (at the first check:
+// whether bytes are queued at all), and then extends the deadline by
+// another idle period.
 func (c *idleConn) alive() bool {
-	q := outq(c.Conn)
-	last := c.queued.Swap(q)
-	if q <= 0 || (last >= 0 && q >= last) {
-		return false
+	now := time.Now()
+	c.mu.Lock()
+	recent, verdict := !c.checkedAt.IsZero() && now.Sub(c.checkedAt) < c.idle/2, c.verdict
+	c.mu.Unlock()
+	if !recent {
+		q := outq(c.Conn)
+		c.mu.Lock()
+		last := c.queued
+		verdict = (last < 0 && q > 0) || (last >= 0 && q >= 0 && q < last)
+		c.queued, c.checkedAt, c.verdict = q, now, verdict
+		c.mu.Unlock()
 	}
-	_ = c.Conn.SetDeadline(time.Now().Add(c.idle))
-	return true
+	if verdict {
+		_ = c.Conn.SetDeadline(now.Add(c.idle))
+	}
+	return verdict
 }
 
 // Read implements io.Reader.
