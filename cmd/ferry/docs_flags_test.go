@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ferrylabs/ferry/internal/s3store"
 	"os"
 	"regexp"
 	"strings"
@@ -10,8 +11,11 @@ import (
 )
 
 // Variables the docs may name that no flag reads: copy's destination keys,
-// the test suites' settings, and the FERRY_NAME of "FERRY_NAME=value".
+// the test suites' settings, the FERRY_NAME of "FERRY_NAME=value", and
+// the S3 idle timeout, which internal/s3store reads for every command
+// (s3store.EnvIdleTimeout).
 var docOnlyVars = map[string]bool{
+	s3store.EnvIdleTimeout:       true,
 	"FERRY_TO_AWS_ACCESS_KEY_ID": true, "FERRY_TO_AWS_SECRET_ACCESS_KEY": true, "FERRY_TO_AWS_SESSION_TOKEN": true,
 	"FERRY_VERSITYGW": true, "FERRY_CHAOS_SEED": true, "FERRY_WRITER_SUITE": true, "FERRY_S3TEST_R2RULES": true,
 	"FERRY_TOXIPROXY": true, "FERRY_NAME": true, "FERRY_VERIFY_": true, "FERRY_COPY_": true, "FERRY_SEAWEEDFS": true,
