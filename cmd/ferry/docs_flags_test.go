@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/ferrylabs/ferry/internal/s3store"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/internal/s3store"
 )
 
 // Variables the docs may name that no flag reads: copy's destination keys,
