@@ -24,10 +24,8 @@ type engine struct {
 	// openCheck, when set, replaces the readability check of a step's
 	// files (tests inject failures with it).
 	openCheck func(abs string) error
-	// torn caches tornReason by file path, size and time; swept of files
-	// gone from the tree once it holds over tornSweepAt.
-	torn        map[stat]string
-	tornSweepAt int
+	// torn caches tornReason's verdicts (selfcheck.go).
+	torn tornCache
 }
 
 func newEngine(opts Options, openCheck func(string) error) (*engine, error) {

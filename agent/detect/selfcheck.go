@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // A file's own evidence. Some formats end with a record written after
@@ -159,35 +160,47 @@ func safetensorsTorn(f *os.File, size int64, headerLen uint64) string {
 // tornFile returns the first file of c cut short by its own format, with
 // the reason, using the engine's cache so an unchanged file is read once.
 func (e *engine) tornFile(c *Candidate) (string, string) {
-	if e.torn == nil {
-		e.torn = map[stat]string{}
-	}
-	if len(e.torn) > e.tornSweepAt {
-		e.sweepTorn()
-	}
 	for _, f := range c.Step.Files {
-		key := stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
-		why, ok := e.torn[key]
-		if !ok {
-			why = tornReason(e.tree, f.RelPath)
-			e.torn[key] = why
-		}
-		if why != "" {
+		if why, _ := e.torn.reason(e.tree, f.RelPath, f.Size, f.ModTime); why != "" {
 			return f.RelPath, why
 		}
 	}
 	return "", ""
 }
 
-// sweepTorn forgets the cached verdicts of files no longer in the tree as
-// they were (deleted, rewritten), and sweeps again once the cache doubled:
-// it holds about the files on disk, not every file ever seen (make soak:
-// 1 MB more for every 1,000 small steps until the old bound of 65,536).
-func (e *engine) sweepTorn() {
-	for k := range e.torn {
-		if ent, ok := e.tree.Get(k.path); !ok || ent.Size != k.size || ent.ModTime.UnixNano() != k.modTime {
-			delete(e.torn, k)
+// tornCache holds tornReason's verdicts by file path, size and time, so an
+// unchanged file is read once. It forgets the verdicts of files no longer
+// in the tree as they were (deleted, rewritten) whenever it has doubled
+// since it last did: it holds about the files on disk, not every file ever
+// seen (make soak: 1 MB more for every 1,000 small steps otherwise).
+type tornCache struct {
+	verdicts map[stat]string
+	sweepAt  int
+}
+
+// reason returns tornReason for the file at path with that size and time,
+// and whether it was read now rather than remembered.
+func (c *tornCache) reason(t *Tree, path string, size int64, modTime time.Time) (why string, read bool) {
+	if c.verdicts == nil {
+		c.verdicts = map[stat]string{}
+	}
+	if len(c.verdicts) > c.sweepAt {
+		c.sweep(t)
+	}
+	key := stat{path, size, modTime.UnixNano()}
+	why, ok := c.verdicts[key]
+	if !ok {
+		why = tornReason(t, path)
+		c.verdicts[key] = why
+	}
+	return why, !ok
+}
+
+func (c *tornCache) sweep(t *Tree) {
+	for k := range c.verdicts {
+		if ent, ok := t.Get(k.path); !ok || ent.Size != k.size || ent.ModTime.UnixNano() != k.modTime {
+			delete(c.verdicts, k)
 		}
 	}
-	e.tornSweepAt = max(1024, 2*len(e.torn))
+	c.sweepAt = max(1024, 2*len(c.verdicts))
 }

@@ -45,8 +45,8 @@ import (
 //     checkpoint with the previous best, which the trainer also had).
 type singleLayout struct {
 	log *zap.Logger
-	// tornCache holds tornReason by path, size and time.
-	tornCache map[stat]string
+	// tornCache holds tornReason's verdicts (selfcheck.go).
+	tornCache tornCache
 }
 
 // abandonedAfter is how long a file cut short must stay unchanged, with no
@@ -67,17 +67,9 @@ func (l *singleLayout) abandoned(t *Tree, e *Entry) bool {
 // torn returns why a file in the root is cut short, "" when it is whole,
 // reading each version of a file once; it warns once per version left out.
 func (l *singleLayout) torn(t *Tree, e *Entry) string {
-	key := stat{e.Path, e.Size, e.ModTime.UnixNano()}
-	why, ok := l.tornCache[key]
-	if !ok {
-		if l.tornCache == nil || len(l.tornCache) > 1<<12 {
-			l.tornCache = map[stat]string{}
-		}
-		why = tornReason(t, e.Path)
-		l.tornCache[key] = why
-		if why != "" && l.log != nil {
-			l.log.Warn("checkpoint file left out of the folder's versions until it is written whole", zap.String("file", e.Path), zap.String("reason", why))
-		}
+	why, read := l.tornCache.reason(t, e.Path, e.Size, e.ModTime)
+	if read && why != "" && l.log != nil {
+		l.log.Warn("checkpoint file left out of the folder's versions until it is written whole", zap.String("file", e.Path), zap.String("reason", why))
 	}
 	return why
 }

@@ -21,20 +21,20 @@ func TestTornCacheForgetsGoneFiles(t *testing.T) {
 		c.Step.Files = append(c.Step.Files, File{RelPath: fmt.Sprintf("step-9000/__%d_0.distcp", i), Size: 10, ModTime: mtime})
 	}
 	// Verdicts of 3,000 steps' files, all deleted since.
-	e.torn = map[stat]string{}
+	e.torn.verdicts = map[stat]string{}
 	for s := range 3000 {
-		e.torn[stat{fmt.Sprintf("step-%d/__0_0.distcp", s), 10, mtime.UnixNano()}] = ""
+		e.torn.verdicts[stat{fmt.Sprintf("step-%d/__0_0.distcp", s), 10, mtime.UnixNano()}] = ""
 	}
 	// A file still present, but rewritten since its verdict.
-	e.torn[stat{"step-9000/__0_0.distcp", 9, mtime.UnixNano()}] = "stale"
+	e.torn.verdicts[stat{"step-9000/__0_0.distcp", 9, mtime.UnixNano()}] = "stale"
 	if p, why := e.tornFile(c); p != "" {
 		t.Fatalf("tornFile: %s %s, want no torn file", p, why)
 	}
-	if len(e.torn) != 3 {
-		t.Errorf("cache holds %d verdicts after the sweep, want the 3 files on disk", len(e.torn))
+	if len(e.torn.verdicts) != 3 {
+		t.Errorf("cache holds %d verdicts after the sweep, want the 3 files on disk", len(e.torn.verdicts))
 	}
 	for _, f := range c.Step.Files {
-		if _, ok := e.torn[stat{f.RelPath, f.Size, f.ModTime.UnixNano()}]; !ok {
+		if _, ok := e.torn.verdicts[stat{f.RelPath, f.Size, f.ModTime.UnixNano()}]; !ok {
 			t.Errorf("no verdict cached for %s, which is on disk", f.RelPath)
 		}
 	}

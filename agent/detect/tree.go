@@ -2,7 +2,6 @@ package detect
 
 import (
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -147,12 +146,8 @@ func (t *Tree) ReadSmall(p string) ([]byte, error) {
 	if !ok || !e.IsRegular() {
 		return nil, fs.ErrNotExist
 	}
-	f, _, err := t.openRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, maxSmallFile))
+	data, _, err := readSmallAt(t, p)
+	return data, err
 }
 
 // openRegular opens the regular file at p (relative to the root) for
