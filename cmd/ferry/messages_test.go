@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,15 +68,15 @@ func TestCLIPushInterrupted(t *testing.T) {
 	src, state := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(24*mib, 8))
 	args := []string{"push", "--json", "--to", url, "--step", "1", "--part-size", "5MiB", "--state-dir", state, src}
-	// One part at a time at 8 MiB/s: after 2 s some of the 5 parts are
-	// acknowledged and some are not.
+	// One part at a time at 8 MiB/s (0.6 s a part): the signal goes when
+	// the server holds a part, with four still to send.
 	cmd := ferryCmd(t, srv, append(args, "--bandwidth", "8MiB/s", "--concurrency", "1")...)
 	var out, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	waitForPart(t, srv, url)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +99,32 @@ func TestCLIPushInterrupted(t *testing.T) {
 	if !sum.Committed || sum.Error != "" || sum.PartsReused == 0 {
 		t.Errorf("re-run: %+v, want committed, resuming parts sent before", sum)
 	}
+}
+
+// waitForPart returns once an upload under the s3:// url holds at least one
+// part on the server: a fixed sleep raced the setup requests (R2's rules
+// answer repeated writes to one key with 429 and a backoff).
+func waitForPart(t *testing.T, srv *s3test.Server, url string) {
+	t.Helper()
+	bucket, prefix, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "/")
+	st := srv.Store(t, bucket)
+	ctx := context.Background()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ups, err := st.ListUploads(ctx, prefix+"/")
+		if err != nil {
+			t.Fatalf("listing uploads: %v", err)
+		}
+		for _, u := range ups {
+			parts, err := st.ListParts(ctx, u.Key, u.UploadID)
+			if err != nil {
+				t.Fatalf("listing parts of %s: %v", u.Key, err)
+			}
+			if len(parts) > 0 {
+				return
+			}
+		}
+	}
+	t.Fatal("no part reached the server within a minute")
 }
 
 // An unreachable endpoint: the retries show at info level after a few
