@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -101,8 +102,8 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 		}
 	}()
 
-	_, err = put(ctx, st, createKey, first, store.PutOptions{IfNoneMatch: true})
-	written[createKey] = mayHaveWritten(err)
+	err = createOwn(ctx, st, createKey, first)
+	written[createKey] = err == nil || mayHaveWritten(err)
 	if err != nil {
 		if unsupported(err) {
 			return fmt.Errorf("%s: %w: it does not support a create-only PUT (If-None-Match: *): %v; ferry commits every step with one",
@@ -188,6 +189,27 @@ func describe(t Target, err error, cond, unsafe string) error {
 func put(ctx context.Context, st store.Store, key string, data []byte, opts store.PutOptions) (store.ObjectInfo, error) {
 	opts.CRC32C = store.CRC32C(data)
 	return st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
+}
+
+// createOwn writes data at key create-only. No one else knows the key (a
+// random name), so a 412 means an earlier attempt of this very PUT landed
+// and its answer was lost (the store's client sent it again after a reset
+// or an idle timeout): when the object holds data, the write is done.
+func createOwn(ctx context.Context, st store.Store, key string, data []byte) error {
+	_, err := put(ctx, st, key, data, store.PutOptions{IfNoneMatch: true})
+	if !errors.Is(err, store.ErrPreconditionFailed) || httpStatus(err) == http.StatusTooManyRequests {
+		return err
+	}
+	rc, gerr := st.Get(ctx, key, 0, -1)
+	if gerr != nil {
+		return err
+	}
+	defer rc.Close()
+	got, gerr := io.ReadAll(io.LimitReader(rc, int64(len(data))+1))
+	if gerr != nil || !bytes.Equal(got, data) {
+		return err
+	}
+	return nil
 }
 
 // mayHaveWritten reports whether a PUT that returned err may have created

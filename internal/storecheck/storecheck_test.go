@@ -122,6 +122,59 @@ func (s *throttledAfterFirst) Put(ctx context.Context, key string, body io.ReadS
 	return s.ignoring.Put(ctx, key, body, size, opts)
 }
 
+// TestConditionalWritesOwnFirstWrite: the check's first create-only PUT
+// lands but its answer is lost, and the attempt sent again meets 412 (the
+// object it created itself). The check reads the object back, finds its own
+// bytes, goes on, passes and deletes its scratch objects. Other bytes under
+// the key would still fail it.
+func TestConditionalWritesOwnFirstWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		other  bool
+		wantOK bool
+	}{{name: "own bytes", wantOK: true}, {name: "other bytes", other: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := store.NewMemStore()
+			st := &lostAnswer{Store: mem, other: tc.other}
+			err := storecheck.ConditionalWrites(t.Context(), st, target)
+			if tc.wantOK && err != nil {
+				t.Fatalf("a create-only PUT whose answer was lost failed the check: %v", err)
+			}
+			if !tc.wantOK && (err == nil || !errors.Is(err, store.ErrPreconditionFailed)) {
+				t.Fatalf("a create-only PUT refused for a key holding other bytes: %v, want the 412", err)
+			}
+			if tc.wantOK {
+				if k := keys(t, mem); len(k) != 0 {
+					t.Errorf("the check left %q in the bucket", k)
+				}
+			}
+		})
+	}
+}
+
+// lostAnswer stores the first create-only PUT (or other bytes, with other)
+// and answers it 412, as a retry of a PUT whose first answer was lost is
+// answered.
+type lostAnswer struct {
+	store.Store
+	other bool
+	done  bool
+}
+
+func (s *lostAnswer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts store.PutOptions) (store.ObjectInfo, error) {
+	if !opts.IfNoneMatch || s.done {
+		return s.Store.Put(ctx, key, body, size, opts)
+	}
+	s.done = true
+	if s.other {
+		body, size, opts.CRC32C = strings.NewReader("another writer's bytes"), 22, ""
+	}
+	if _, err := s.Store.Put(ctx, key, body, size, opts); err != nil {
+		return store.ObjectInfo{}, err
+	}
+	return store.ObjectInfo{}, fmt.Errorf("put %s: %w", key, store.ErrPreconditionFailed)
+}
+
 func TestCache(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	c := storecheck.Cache{Dir: t.TempDir(), Now: func() time.Time { return now }}
