@@ -126,7 +126,13 @@ type Agent struct {
 	// started the watcher: before it, the agent has seen nothing, and a
 	// flush cannot know what it should wait for.
 	watching chan struct{}
-	lastErr  string
+	// handled counts the watcher's events handled so far (Flush waits for
+	// those its sync with the watcher reported sent).
+	handled atomic.Int64
+	// recording counts the steps durable whose journal entry and local
+	// retention are still being done (recordCommitted).
+	recording int
+	lastErr   string
 	// remote holds the steps committed in the bucket when the agent started.
 	remote map[int64]bool
 	// counter is the number the next counted step (detect.Step.Counted)
@@ -302,6 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case ev := <-events:
 			a.handle(ev)
+			a.handled.Add(1)
 		case err := <-watchErr:
 			if err != nil && ctx.Err() == nil {
 				abort()

@@ -95,3 +95,55 @@ func TestCommitByTrainer(t *testing.T) {
 		t.Fatalf("commit step 9 once closed: %v", err)
 	}
 }
+
+// The trainer declares a step its layout's evidence committed first (a DCP
+// .metadata with closed shards beats the trainer's `ferry commit` call by
+// a few milliseconds; with async_save's --no-wait form, always): the call
+// succeeds at once, the watcher keeps nothing pending for it, and flush
+// answers at once that everything is committed.
+func TestCommitAfterLayoutCommitted(t *testing.T) {
+	h := startAgent(t, func(o *Options) {
+		o.Detect.Layout, o.Detect.Settle, o.Detect.CloseWrite = "auto", time.Hour, true
+	})
+	<-h.agent.watching
+	for _, f := range []struct{ rel, content string }{
+		{"step-2/__0_0.distcp", "shard 0 of step 2"},
+		{"step-2/__1_0.distcp", "shard 1 of step 2"},
+		{"step-2/.metadata", "metadata of step 2"},
+	} {
+		p := filepath.Join(h.watch, f.rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := remote.Get(ctx, h.st, h.prefix, 2); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the layout did not commit step 2 from its .metadata")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, wait := range []bool{false, true} {
+		for _, paths := range [][]string{{"step-2"}, nil} {
+			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := h.agent.Commit(cctx, 2, paths, wait)
+			ccancel()
+			if err != nil {
+				t.Fatalf("commit of the committed step 2 (wait %v, paths %v): %v", wait, paths, err)
+			}
+			fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			left, err := h.agent.Flush(fctx)
+			fcancel()
+			if err != nil || len(left) != 0 {
+				t.Fatalf("flush after commit of the committed step 2 (wait %v, paths %v): %v left, %v; pending %+v", wait, paths, left, err, h.agent.watcher.Pending())
+			}
+		}
+	}
+}

@@ -46,10 +46,10 @@ func (a *Agent) Status() control.Status {
 	return st
 }
 
-// Flush implements control.Controller. It first waits one settle window (plus the
-// debounce), so that a checkpoint finished just before the call is found
-// complete and counted, then until every step seen is committed or
-// abandoned.
+// Flush implements control.Controller. It first has the watcher look at
+// the disk again and waits until the agent has handled what it found, so
+// that a checkpoint finished just before the call is counted (complete, or
+// settling), then waits until every step seen is committed or abandoned.
 func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 	// An agent still starting (listing the bucket, which may be down) has
 	// seen nothing yet: "nothing to flush" would be a lie. Wait for it.
@@ -58,27 +58,20 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 	case <-ctx.Done():
 		return a.unfinished(), fmt.Errorf("%w: %w", control.ErrStarting, ctx.Err())
 	}
-	grace := a.opts.Detect.Settle
-	if grace <= 0 {
-		grace = 5 * time.Second
-	}
-	grace += time.Second
-	t := time.NewTimer(grace)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-		return a.unfinished(), ctx.Err()
-	case <-t.C:
+	if err := a.syncWatcher(ctx); err != nil {
+		return a.unfinished(), err
 	}
 	tick := time.NewTicker(250 * time.Millisecond) // the watcher's pending list has no channel
 	defer tick.Stop()
 	for {
 		a.mu.Lock()
-		changed := a.changed
+		changed, recording := a.changed, a.recording
 		a.mu.Unlock()
 		pending := a.unfinished()
 		onDisk, stuck := a.waitingOnDisk()
-		if len(pending) == 0 && onDisk == 0 {
+		// recording: a step durable whose journal entry and local
+		// retention (--keep-local) are not done yet.
+		if len(pending) == 0 && onDisk == 0 && recording == 0 {
 			return a.stuckError(stuck)
 		}
 		select {
@@ -88,6 +81,25 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// syncWatcher returns once the agent has handled every event of a fresh
+// evaluation of the disk (detect.Watcher.Sync).
+func (a *Agent) syncWatcher(ctx context.Context) error {
+	n, err := a.watcher.Sync(ctx)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for a.handled.Load() < n {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // waitingOnDisk counts the steps on disk that flush waits for (settling,
@@ -101,6 +113,9 @@ func (a *Agent) waitingOnDisk() (waiting int, stuck []detect.Pending) {
 		settle = detect.DefaultSettle
 	}
 	last := a.lastCommitted()
+	if a.watcher.Recognizing() {
+		waiting++ // auto has not placed what it sees yet
+	}
 	for _, p := range a.watcher.Pending() {
 		switch {
 		case p.State == "settling" || time.Since(p.Since) < settle:

@@ -239,6 +239,7 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 		}
 		e.status.Committed = time.Now().UTC()
 		e.status.Error = ""
+		a.recording++ // until recordCommitted is done: Flush waits for it
 		return true
 	}
 	return false
@@ -332,6 +333,10 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	if a.opts.KeepLocal > 0 {
 		a.keepLocal(ctx)
 	}
+	a.mu.Lock()
+	a.recording--
+	a.changedLocked()
+	a.mu.Unlock()
 }
 
 // keepLocal deletes the local files of committed steps beyond the KeepLocal

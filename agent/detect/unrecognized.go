@@ -23,21 +23,31 @@ func (w *Watcher) Unrecognized() string {
 	return ""
 }
 
-// checkRecognized updates Unrecognized after an evaluation at now.
+// Recognizing reports whether --layout auto holds entries it has not
+// placed for less than a settle window: the layout may still show itself
+// as more files arrive, or Unrecognized will say it did not. Safe to call
+// while Run runs.
+func (w *Watcher) Recognizing() bool { return w.recognizing.Load() }
+
+// checkRecognized updates Unrecognized and Recognizing after an evaluation
+// at now.
 func (w *Watcher) checkRecognized(now time.Time) {
 	a, ok := w.layout.(*autoLayout)
 	seen := visibleEntries(w.tree)
 	if !ok || a.chosen != nil || len(seen) == 0 {
 		w.unrecognizedSince = time.Time{}
 		w.unrecognized.Store(nil)
+		w.recognizing.Store(false)
 		return
 	}
 	if w.unrecognizedSince.IsZero() {
 		w.unrecognizedSince = now
 	}
 	if now.Sub(w.unrecognizedSince) < w.opts.Settle {
+		w.recognizing.Store(true)
 		return
 	}
+	w.recognizing.Store(false)
 	msg := fmt.Sprintf("no checkpoint layout recognised in %s (it holds %s): set --layout to one of %s, and --step-pattern where names carry the step (see docs/agent.md)",
 		w.tree.root, describeEntries(seen), strings.Join(LayoutNames()[1:], ", "))
 	if old := w.unrecognized.Load(); old == nil || *old != msg {

@@ -38,6 +38,10 @@ type Watcher struct {
 	// evals counts evaluations, so tests can see that an idle watcher
 	// does nothing.
 	evals atomic.Int64
+	// sent counts the events Run has sent; syncs carries Sync's requests
+	// to Run, each answered with sent after a fresh look at the disk.
+	sent  atomic.Int64
+	syncs chan chan int64
 	// chosen is the layout's effective name after the last evaluation,
 	// readable while Run runs.
 	chosen atomic.Pointer[string]
@@ -55,6 +59,7 @@ type Watcher struct {
 	// when auto first saw entries it could not place.
 	unrecognized      atomic.Pointer[string]
 	unrecognizedSince time.Time
+	recognizing       atomic.Bool
 	// remote is set while Run watches a network filesystem, where the
 	// kernel's leases see only this host's writers.
 	remote  bool
@@ -80,6 +85,7 @@ func New(opts Options) (*Watcher, error) {
 		states:  map[string]*stepState{},
 		decls:   map[string]*declaration{},
 		ready:   make(chan struct{}),
+		syncs:   make(chan chan int64),
 		trainer: newByTrainer(),
 	}, nil
 }
@@ -106,6 +112,26 @@ func (w *Watcher) Pending() []Pending {
 		return append([]Pending(nil), (*p)...)
 	}
 	return nil
+}
+
+// Sync has the running watcher list the directory again and evaluate what
+// is on disk now, and returns once that evaluation's events are sent, with
+// the number of events Run has sent in all: a reader that has handled that
+// many has seen every step as it was on disk when Sync was called (complete,
+// or pending in Pending). It waits for Run, or for ctx to end.
+func (w *Watcher) Sync(ctx context.Context) (int64, error) {
+	reply := make(chan int64, 1)
+	select {
+	case w.syncs <- reply:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("detect: sync with the watcher: %w", ctx.Err())
+	}
+	select {
+	case n := <-reply:
+		return n, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("detect: sync with the watcher: %w", ctx.Err())
+	}
 }
 
 // Run watches the directory and sends events to out until ctx is
@@ -176,6 +202,10 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 			err = l.evaluate(nil)
 		case <-ticker.C:
 			err = l.rescanAndEvaluate()
+		case reply := <-w.syncs:
+			if err = l.rescanAndEvaluate(); err == nil {
+				reply <- w.sent.Load()
+			}
 		case <-w.trainer.wake:
 			l.armWithin(closeDebounce) // the trainer declared a step
 		case <-w.closeCh:
@@ -299,6 +329,7 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 	for _, ev := range events {
 		select {
 		case l.out <- ev:
+			l.w.sent.Add(1)
 		case <-l.ctx.Done():
 			return l.ctx.Err()
 		}
