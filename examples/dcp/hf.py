@@ -3,7 +3,7 @@
 their check (run inside the trixie root, by hf.sh):
 
     hf.py hf    --save-dir DIR --log-dir LOG [--die K]   # 2 ranks, HF Trainer's checkpoint-N/
-    hf.py plain --save-dir DIR --log-dir LOG [--die K]   # 1 process, torch.save(step-N.pt)
+    hf.py plain --save-dir DIR --log-dir LOG [--die K] [--commit CMD]   # 1 process, torch.save(step-N.pt)
     hf.py check-hf STEP_DIR REF_JSON | check-plain FILE REF_JSON
 
 hf: every --save-every steps, checkpoint-N/ as transformers' Trainer writes
@@ -18,7 +18,10 @@ Before each save LOG/ref/step-N.json gets the SHA-256 of every model and
 optimizer tensor; the checks load the restored files with safetensors and
 torch.load and compare. --die K SIGKILLs the job in its K-th save: hf after
 the model shards and optimizer.pt, before trainer_state.json; plain with
-1 MiB of step-N.pt written.
+1 MiB of step-N.pt written. plain --commit CMD: after each torch.save the
+trainer says so (`ferry commit`: CMD plus --step N step-N.pt, waiting until
+the step is durable), one line per call in LOG/commits.jsonl (rc, the time
+the file was closed and the time the call returned).
 """
 
 import argparse
@@ -130,9 +133,22 @@ def train(kind, a):
                      "rng": torch.get_rng_state()}
             with open(os.path.join(a.save_dir, f"step-{step}.pt"), "wb") as f:
                 torch.save(state, Dying(f) if dying else f)
+            if a.commit:
+                commit(a, step)
     print(f"done at step {a.steps}", flush=True)
     sys.stdout.flush()
     os._exit(0)
+
+
+def commit(a, step):
+    """The plain torch.save form of docs/agent.md: ferry commit once the file is closed."""
+    import shlex
+    import subprocess
+    import time
+    closed = time.time()
+    rc = subprocess.run(shlex.split(a.commit) + ["--step", str(step), f"step-{step}.pt"]).returncode
+    with open(os.path.join(a.log_dir, "commits.jsonl"), "a") as f:
+        f.write(json.dumps({"step": step, "rc": rc, "closed": closed, "durable": time.time()}) + "\n")
 
 
 def check(kind, path, ref_path):
@@ -172,6 +188,7 @@ def main():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--save-every", type=int, default=3)
     p.add_argument("--die", type=int, default=0)
+    p.add_argument("--commit", default="", help="plain: ferry commit command prefix, see the module doc")
     a = p.parse_args()
     train(a.kind, a)
 

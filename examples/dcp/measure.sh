@@ -9,10 +9,13 @@
 #     (inotify), summarised per step by trace-summary.py;
 #   - time to durable: from dcp.save returning on every rank (async: its
 #     future resolved on every rank; the trainer's saves.jsonl) to the
-#     agent's "committed step" log line.
+#     agent's "committed step" log line;
+#   - the modes sync-commit and async-commit run the same saves with the
+#     trainer's own word after each (`ferry commit`: waiting for the step to
+#     be durable after dcp.save, --no-wait from async_save's future).
 # Results in $OUT (default bench-results/dcp): trace-*.jsonl, saves-*.jsonl,
-# agent-*.log and summary.txt. MODES (sync async), AGENT_FLAGS (e.g.
-# --priority normal) and SAVES (8) vary the run.
+# agent-*.log and summary.txt. MODES (sync async sync-commit async-commit),
+# AGENT_FLAGS (e.g. --priority normal) and SAVES (8) vary the run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=root.sh
@@ -35,7 +38,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-root_up "$work" "$here"
+root_up "$work" "$here" "$(dirname "$(readlink -f "$FERRY")")" # the commit modes call ferry
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mkdir -p "$work/s3/dcpm"
@@ -46,7 +49,7 @@ export S3_ENDPOINT_URL="http://127.0.0.1:$port"
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 : >"$OUT/summary.txt"
-for mode in ${MODES:-sync async}; do
+for mode in ${MODES:-sync async sync-commit async-commit}; do
 	ckpt=$work/$mode
 	mkdir -p "$ckpt" "$work/log-$mode"
 	python3 "$here/trace.py" "$ckpt" "$OUT/trace-$mode.jsonl" &
@@ -55,7 +58,8 @@ for mode in ${MODES:-sync async}; do
 		--log-format json ${AGENT_FLAGS:-} >"$OUT/agent-$mode.log" 2>&1 &
 	agent_pid=$!
 	flag=()
-	[ "$mode" = async ] && flag=(--async)
+	case $mode in async*) flag+=(--async) ;; esac
+	case $mode in *-commit) flag+=(--commit "$(readlink -f "$FERRY") commit --state-dir $work/state --watch $ckpt --timeout 2m") ;; esac
 	echo "== $mode: $SAVES saves of the 4-rank ~200 MiB step, ${PAUSE}s apart"
 	in_root python3 "$here/train.py" --nprocs 4 "${model[@]}" --steps $((2 * SAVES)) --save-every 2 \
 		--pause "$PAUSE" --no-ref "${flag[@]}" --save-dir "$ckpt" --log-dir "$work/log-$mode" >"$work/train-$mode.log" 2>&1 ||

@@ -16,7 +16,9 @@
 #      4 ranks to the end: the final state and every loss bit-identical to
 #      the uninterrupted run;
 #   5. HF-style (safetensors) and plain torch.save trainers, restored and
-#      loaded by torch (hf.py).
+#      loaded by torch (hf.py);
+#   6. the trainer's own word: `ferry commit` after dcp.save, from
+#      async_save's future and after torch.save (commit.sh).
 # Run through `make e2e-dcp` (as root), which builds the root, ferry and
 # versitygw first.
 set -euo pipefail
@@ -55,7 +57,8 @@ trap cleanup EXIT
 quiet() { sed -e '/[Ww]arn/d' -e '/storage().size()/d'; } # torch 2.6's UserWarnings
 say() { printf '\n== [%3ds] %s\n' "$((SECONDS - started))" "$*"; }
 
-root_up "$work" "$here"
+# ferry's folder too: the trainers of commit.sh call the static binary.
+root_up "$work" "$here" "$(dirname "$(readlink -f "$FERRY")")"
 in_root python3 -c 'import torch; assert torch.__version__.startswith("2."), torch.__version__' ||
 	die "no torch 2.x in $ROOT"
 
@@ -200,12 +203,19 @@ EOF
 
 }
 
-[ -n "${ONLY_HF:-}" ] || dcp_cases
+# ONLY=hf or ONLY=commit runs one part (a quicker try).
+[ -n "${ONLY:-}" ] || dcp_cases
 # ---------------------------------------------------------------------------
-say "5. HF-style (safetensors) and plain torch.save trainers"
-if [ -z "${SKIP_HF:-}" ]; then
+if [ "${ONLY:-hf}" = hf ]; then
+	say "5. HF-style (safetensors) and plain torch.save trainers"
 	# shellcheck source=hf.sh
 	. "$here/hf.sh"
+fi
+# ---------------------------------------------------------------------------
+if [ "${ONLY:-commit}" = commit ]; then
+	say "6. The trainer's own word: ferry commit (each agent's settle window: 1 h)"
+	# shellcheck source=commit.sh
+	. "$here/commit.sh"
 fi
 
 say "e2e-dcp passed in $((SECONDS - started))s: $kills kills, every committed step loads and equals its reference"

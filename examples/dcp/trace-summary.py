@@ -7,7 +7,8 @@ Prints the first save's file events in order (ms from the step folder's
 creation), then over every save: shards' first write to last close, last
 shard close -> .metadata renamed, .metadata -> dcp.save returned on every
 rank, and time to durable (dcp.save returned -> the agent's "committed
-step" log line): median, min and max."""
+step" log line; with `ferry commit`, also to the call's return): median,
+min and max."""
 
 import json
 import re
@@ -33,7 +34,7 @@ def main():
         m = re.match(r"step-(\d+)(/|$)", e.get("path", ""))
         if m:
             by_step.setdefault(int(m.group(1)), []).append(e)
-    rows = {"write": [], "meta": [], "ret": [], "ttd": []}
+    rows = {"write": [], "meta": [], "ret": [], "ttd": [], "call": []}
     first = True
     for step in sorted(by_step):
         evs = by_step[step]
@@ -58,9 +59,12 @@ def main():
             rows["ret"].append(saves[step]["returned"] - meta[-1])
         if step in saves and step in commits:
             rows["ttd"].append(commits[step] - saves[step]["returned"])
+        if "durable" in saves.get(step, {}):
+            rows["call"].append(saves[step]["durable"] - saves[step]["returned"])
     names = {"write": "shards: first write -> last close", "meta": "last shard closed -> .metadata renamed",
              "ret": ".metadata renamed -> dcp.save returned (all ranks)",
-             "ttd": "time to durable: dcp.save returned -> committed"}
+             "ttd": "time to durable: dcp.save returned -> committed",
+             "call": "dcp.save returned -> `ferry commit` returned"}
     print(f"{mode}: over {len(rows['ttd'])} saves (median, min-max, seconds)")
     for k, v in rows.items():
         if v:

@@ -6,7 +6,7 @@ sharded as DTensors (Shard(0)) on a CPU gloo mesh, AdamW, and every
 with --async). Run inside the trixie root (scenario.sh).
 
     train.py --nprocs 4 --save-dir DIR --log-dir LOG [--resume DIR] [--async]
-             [--die K:POINT]
+             [--die K:POINT] [--commit "FERRY commit --watch DIR ..."]
 
 Before each save, rank 0 writes LOG/ref/step-N.json: the SHA-256 of every
 gathered model and optimizer tensor (the reference a restored step must
@@ -14,6 +14,13 @@ equal), and once dcp.save has returned on every rank (async: its future
 resolved) a line in LOG/saves.jsonl with the wall-clock time at which the
 last rank's returned. LOG/final.json
 holds the last step's hashes, LOG/loss.jsonl every step's loss bits.
+
+--commit CMD: after each save, rank 0 says the step is complete the way
+docs/agent.md shows (`ferry commit`, CMD plus --step N step-N): with
+dcp.save once it returned on every rank, waiting until the step is durable
+(its saves.jsonl line then holds commit_rc and durable, the time the call
+returned); with dcp.async_save from the future's done callback, with
+--no-wait (its rc goes to LOG/commits.jsonl).
 
 --die K:POINT SIGKILLs the whole job (its process group) at POINT of this
 run's K-th save, from inside the save, so that each moment is hit exactly:
@@ -29,7 +36,9 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -55,6 +64,7 @@ def parse():
     p.add_argument("--die", default="", help="K:POINT, see the module doc")
     p.add_argument("--pause", type=float, default=0, help="seconds of sleep per save interval (timing runs)")
     p.add_argument("--no-ref", action="store_true", help="skip the reference hashes (timing runs)")
+    p.add_argument("--commit", default="", help="ferry commit command prefix, see the module doc")
     a = p.parse_args()
     if a.die:
         k, _, point = a.die.partition(":")
@@ -178,6 +188,18 @@ def main():
     saves_log = open(os.path.join(a.log_dir, "saves.jsonl"), "a") if rank == 0 else None
 
     done_at = {}  # step -> when dcp.save returned (async: the future resolved) on this rank
+    commit = shlex.split(a.commit)
+    commits_done = set()  # steps whose --no-wait call returned (async)
+    commits_log = open(os.path.join(a.log_dir, "commits.jsonl"), "a") if rank == 0 and commit else None
+
+    def commit_now(step):
+        # async_save's future on rank 0 resolves once .metadata is written,
+        # which DCP does only after every rank's shards are: the files are
+        # all closed. --no-wait keeps the training loop free.
+        rc = subprocess.run(commit + ["--no-wait", "--step", str(step), f"step-{step}"]).returncode
+        commits_log.write(json.dumps({"step": step, "rc": rc, "at": time.time()}) + "\n")
+        commits_log.flush()
+        commits_done.add(step)
 
     def saved(step, t0, k):
         # The latest of the ranks' return times: when the save had returned
@@ -189,8 +211,11 @@ def main():
         t = torch.tensor([done_at.pop(step)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if rank == 0:
-            saves_log.write(json.dumps({"step": step, "returned": float(t), "began": t0,
-                                        "mode": "async" if a.async_save else "sync"}) + "\n")
+            rec = {"step": step, "returned": float(t), "began": t0, "mode": "async" if a.async_save else "sync"}
+            if commit and not a.async_save:  # the waiting form, docs/agent.md
+                rec["commit_rc"] = subprocess.run(commit + ["--step", str(step), f"step-{step}"]).returncode
+                rec["durable"] = time.time()
+            saves_log.write(json.dumps(rec) + "\n")
             saves_log.flush()
         if die_point == "after" and k == die_k:
             current["after"] = time.time() + 0.3
@@ -233,6 +258,8 @@ def main():
             fut = dcp.async_save(snap, storage_writer=hooked_writer(path, rank, die_now),
                                  process_group=async_pg)
             fut.add_done_callback(lambda _, s=step: done_at.__setitem__(s, time.time()))
+            if commit and rank == 0:
+                fut.add_done_callback(lambda _, s=step: commit_now(s))
             pending = (fut, step, t0, saves)
         else:
             dcp.save(state, storage_writer=hooked_writer(path, rank, die_now))
@@ -241,6 +268,11 @@ def main():
     if pending:
         pending[0].result()
         saved(*pending[1:])
+    if commits_log:  # result() can return before the done callbacks ran
+        for _ in range(600):
+            if len(commits_done) == saves:
+                break
+            time.sleep(0.1)
     msd, osd = get_state_dict(model, opt)
     final = common.digest({"model": msd, "optim": osd})
     if rank == 0:
