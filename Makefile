@@ -165,10 +165,13 @@ docs:
 	$(GO) test -count=1 -run '^TestDocsReference$$' ./cmd/ferry/ -update-docs
 	$(GO) test -count=1 -run '^TestHelpGolden$$' ./cmd/ferry/ -update
 
-## lint: gofmt, go vet, staticcheck, govulncheck (vulncheck)
+## lint: gofmt, go vet, staticcheck, code size (internal/codesize: no
+## non-test function over 80 lines, no file over 15,000 characters),
+## govulncheck (vulncheck)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./internal/codesize
 	$(STATICCHECK) ./...
 	@$(MAKE) --no-print-directory vulncheck
 
