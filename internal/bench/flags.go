@@ -45,16 +45,56 @@ type Config struct {
 func ParseFlags(args []string) (Config, error) {
 	fs := flag.NewFlagSet("ferry-bench", flag.ContinueOnError)
 	var c Config
-	var size, small, tools, phases, rss string
-	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "smoke test: 4 x 64MiB and 400x256KiB, 1 round, no 16 GiB file, 10 s idle (env BENCH_QUICK=1)")
+	raw := c.define(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if raw.wan != "" {
+		l, err := wanlink.Parse(raw.wan)
+		if err != nil {
+			return c, err
+		}
+		c.wan = &l
+	}
+	if raw.quick {
+		c.files, raw.size, c.rounds, c.idle = 4, "64MiB", 1, 10*time.Second
+		if !flagSet(fs, "rss-sizes") {
+			raw.rss = "256MiB,1GiB"
+		}
+		if !flagSet(fs, "small") {
+			raw.small = "400x256KiB"
+		}
+	}
+	if err := c.convert(raw); err != nil {
+		return c, err
+	}
+	for _, p := range []*string{&c.ferry, &c.trainsim, &c.versitygw, &c.s5cmd, &c.aws, &c.b3sum} {
+		if abs, err := filepath.Abs(*p); err == nil && strings.Contains(*p, "/") {
+			*p = abs
+		}
+	}
+	return c, nil
+}
+
+// rawFlags are the flags Config holds converted: sizes, lists, the link.
+type rawFlags struct {
+	quick                                       bool
+	size, small, tools, phases, rss, wan, nodes string
+}
+
+// define declares every flag on fs: those Config holds as they are into
+// c, the others into the rawFlags it returns.
+func (c *Config) define(fs *flag.FlagSet) *rawFlags {
+	var raw rawFlags
+	fs.BoolVar(&raw.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "smoke test: 4 x 64MiB and 400x256KiB, 1 round, no 16 GiB file, 10 s idle (env BENCH_QUICK=1)")
 	fs.IntVar(&c.files, "files", 8, "files in the checkpoint set")
-	fs.StringVar(&size, "size", "256MiB", "size of each file")
-	fs.StringVar(&small, "small", "2000x256KiB", "many-small-files set, COUNTxSIZE over 8 rank folders, compared after the big set (empty: none)")
+	fs.StringVar(&raw.size, "size", "256MiB", "size of each file")
+	fs.StringVar(&raw.small, "small", "2000x256KiB", "many-small-files set, COUNTxSIZE over 8 rank folders, compared after the big set (empty: none)")
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per tool and phase")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up rounds per tool and phase (not counted)")
-	fs.StringVar(&tools, "tools", "ferry,aws,s5cmd", "tools to compare")
-	fs.StringVar(&phases, "phases", "upload,restore,rss,blake3,agent,durable,interference", "what to measure (also: peers)")
-	fs.StringVar(&rss, "rss-sizes", "1GiB,16GiB", "single-file sizes for the push peak-RSS check")
+	fs.StringVar(&raw.tools, "tools", "ferry,aws,s5cmd", "tools to compare")
+	fs.StringVar(&raw.phases, "phases", "upload,restore,rss,blake3,agent,durable,interference", "what to measure (also: peers)")
+	fs.StringVar(&raw.rss, "rss-sizes", "1GiB,16GiB", "single-file sizes for the push peak-RSS check")
 	fs.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle agent")
 	fs.BoolVar(&c.perfProfile, "perf", false, "also record one profiled ferry push and restore with perf (client and server)")
 	fs.StringVar(&c.outDir, "out", "bench-results", "directory for bench.md, bench.json and profiles")
@@ -68,70 +108,49 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.b3sum, "b3sum", "/usr/bin/b3sum", "b3sum binary")
 	fs.BoolVar(&c.skipB3, "no-b3sum", false, "skip the b3sum comparison")
 	fs.BoolVar(&c.tls, "tls", false, "serve HTTPS (a throwaway CA handed to every tool with AWS_CA_BUNDLE), as R2 is HTTPS-only")
-	var wan string
-	fs.StringVar(&wan, "wan", "", "reach the server through toxiproxy: RTT,RATE per connection each way, e.g. 80ms,50MB (the internet to R2)")
+	fs.StringVar(&raw.wan, "wan", "", "reach the server through toxiproxy: RTT,RATE per connection each way, e.g. 80ms,50MB (the internet to R2)")
 	fs.StringVar(&c.toxiproxy, "toxiproxy", "tools/bin/toxiproxy/server", "toxiproxy server binary (Shopify/toxiproxy cmd/server), for -wan")
-	var peerNodes string
-	fs.StringVar(&peerNodes, "peer-nodes", "4,8", "node counts of the peers phase (-phases peers: N ferry restores at once, alone and with --peers)")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if wan != "" {
-		l, err := wanlink.Parse(wan)
-		if err != nil {
-			return c, err
-		}
-		c.wan = &l
-	}
-	if *quick {
-		c.files, size, c.rounds, c.idle = 4, "64MiB", 1, 10*time.Second
-		if !flagSet(fs, "rss-sizes") {
-			rss = "256MiB,1GiB"
-		}
-		if !flagSet(fs, "small") {
-			small = "400x256KiB"
-		}
-	}
+	fs.StringVar(&raw.nodes, "peer-nodes", "4,8", "node counts of the peers phase (-phases peers: N ferry restores at once, alone and with --peers)")
+	return &raw
+}
+
+// convert fills c's sizes and lists from raw and checks them together.
+func (c *Config) convert(raw *rawFlags) error {
 	var err error
-	if c.size, err = units.ParseBytes(size); err != nil || c.size <= 0 {
-		return c, fmt.Errorf("-size %q: %v", size, err)
+	if c.size, err = units.ParseBytes(raw.size); err != nil || c.size <= 0 {
+		return fmt.Errorf("-size %q: %v", raw.size, err)
 	}
-	if c.smallFiles, c.smallSize, err = parseCountSize(small); err != nil {
-		return c, fmt.Errorf("-small: %w", err)
+	if c.smallFiles, c.smallSize, err = parseCountSize(raw.small); err != nil {
+		return fmt.Errorf("-small: %w", err)
 	}
-	for _, s := range splitList(rss) {
+	for _, s := range splitList(raw.rss) {
 		n, err := units.ParseBytes(s)
 		if err != nil || n <= 0 {
-			return c, fmt.Errorf("-rss-sizes %q: %v", s, err)
+			return fmt.Errorf("-rss-sizes %q: %v", s, err)
 		}
 		c.rssSizes = append(c.rssSizes, n)
 	}
-	c.tools, c.phases = splitList(tools), splitList(phases)
-	for _, s := range splitList(peerNodes) {
+	c.tools, c.phases = splitList(raw.tools), splitList(raw.phases)
+	for _, s := range splitList(raw.nodes) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 2 {
-			return c, fmt.Errorf("-peer-nodes %q: want node counts of at least 2", s)
+			return fmt.Errorf("-peer-nodes %q: want node counts of at least 2", s)
 		}
 		c.peerNodes = append(c.peerNodes, n)
 	}
 	c.peerNodes = sortedInts(c.peerNodes)
 	if c.has("peers") && len(c.peerNodes) == 0 {
-		return c, fmt.Errorf("-phases peers needs -peer-nodes")
+		return fmt.Errorf("-phases peers needs -peer-nodes")
 	}
 	if c.files < 1 || c.rounds < 1 || c.warmup < 0 {
-		return c, fmt.Errorf("-files and -rounds must be at least 1, -warmup at least 0")
+		return fmt.Errorf("-files and -rounds must be at least 1, -warmup at least 0")
 	}
 	for _, t := range c.tools {
 		if t != "ferry" && t != "aws" && t != "s5cmd" {
-			return c, fmt.Errorf("-tools: unknown tool %q (ferry, aws, s5cmd)", t)
+			return fmt.Errorf("-tools: unknown tool %q (ferry, aws, s5cmd)", t)
 		}
 	}
-	for _, p := range []*string{&c.ferry, &c.trainsim, &c.versitygw, &c.s5cmd, &c.aws, &c.b3sum} {
-		if abs, err := filepath.Abs(*p); err == nil && strings.Contains(*p, "/") {
-			*p = abs
-		}
-	}
-	return c, nil
+	return nil
 }
 
 // parseCountSize parses COUNTxSIZE ("2000x256KiB"); an empty string is

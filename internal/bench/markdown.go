@@ -12,6 +12,34 @@ import (
 func (r *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r.intro(p)
+	r.compareTables(p)
+	r.diskText(p)
+	r.requestsMarkdown(&b)
+	r.rssTable(p)
+	r.interferenceTable(p)
+	r.blake3Table(p)
+	if r.Agent != "" {
+		p("## Agent\n\n%s\n\n", r.Agent)
+	}
+	r.durableTables(p)
+	r.peersMarkdown(p)
+	r.targetsTable(p)
+	r.toolsTable(p)
+	r.profilesList(p)
+	if len(r.Notes) > 0 {
+		p("## Notes\n\n")
+		for _, n := range r.Notes {
+			p("- %s\n", n)
+		}
+		p("\n")
+	}
+	return b.String()
+}
+
+// intro is the title, the machine, the data sets and how to reproduce the
+// run.
+func (r *report) intro(p func(string, ...any)) {
 	p("# ferry benchmark\n\n")
 	p("%s, %d cores, %.1f GiB RAM, Linux %s, %s. Data sets: %s. %d measured rounds after %d warm-up, tools alternating; median of the rounds, peak RSS is the largest. ",
 		r.Host.CPU, r.Host.Cores, r.Host.MemGiB, r.Host.Kernel, r.Host.Go, r.setsText(), r.Rounds, r.Warmup)
@@ -23,68 +51,94 @@ func (r *report) markdown() string {
 		repro = `make bench BENCH_FLAGS="-tls"`
 	}
 	p("Reproduce: `%s` (this run: `%s`)\n\n", repro, r.Command)
-	r.compareTables(p)
-	if d := r.Disk; d != nil {
-		p("## Local disk (the floor of a durable restore)\n\n")
-		p("%s written with direct I/O in 1 MiB writes by %d writers and fsynced, in the scratch area the restores write to: %.2f s (%.0f MiB/s), median of 3.", fmtSize(d.Bytes), d.Writers, d.WallS, d.MiBps)
-		if d.FloorVsBestPeer != nil {
-			p(" A restore whose files are on disk when it returns cannot take less, which is %.2fx the fastest peer's restore wall time (the peers return with their writes still in the page cache; see \"wall + sync\").", *d.FloorVsBestPeer)
-		}
-		p("\n\n")
+}
+
+// diskText is the local disk's floor under a durable restore.
+func (r *report) diskText(p func(string, ...any)) {
+	d := r.Disk
+	if d == nil {
+		return
 	}
-	r.requestsMarkdown(&b)
-	if len(r.RSS) > 0 {
-		p("## ferry push and restore peak RSS by file size (one file, default settings)\n\n")
-		p("| op | file | wall s | MiB/s | client CPU s/GiB | peak RSS MiB | server CPU s |\n|---|---|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.RSS {
-			p("| %s | %s | %.1f | %.0f | %.2f | %.0f | %.1f |\n", x.Op, fmtSize(x.SizeBytes), x.WallS, mibps(x.SizeBytes, x.WallS), x.CPUPerGiB, x.MaxRSSMiB, x.ServerCPUS)
-		}
-		p("\n")
+	p("## Local disk (the floor of a durable restore)\n\n")
+	p("%s written with direct I/O in 1 MiB writes by %d writers and fsynced, in the scratch area the restores write to: %.2f s (%.0f MiB/s), median of 3.", fmtSize(d.Bytes), d.Writers, d.WallS, d.MiBps)
+	if d.FloorVsBestPeer != nil {
+		p(" A restore whose files are on disk when it returns cannot take less, which is %.2fx the fastest peer's restore wall time (the peers return with their writes still in the page cache; see \"wall + sync\").", *d.FloorVsBestPeer)
 	}
-	r.interferenceTable(p)
-	if len(r.BLAKE3) > 0 {
-		p("## BLAKE3 over one 1 GiB file in page cache (median of 3)\n\n")
-		p("| hasher | threads | MiB/s | CPU s |\n|---|---|---:|---:|\n")
-		for _, h := range r.BLAKE3 {
-			cpu := "-"
-			if h.CPUS > 0 {
-				cpu = fmt.Sprintf("%.2f", h.CPUS)
-			}
-			p("| %s | %s | %.0f | %s |\n", h.Hasher, h.Threads, h.MiBps, cpu)
-		}
-		if r.B3sumVersion != "" {
-			p("\n%s.\n", r.B3sumVersion)
-		}
-		p("\n")
+	p("\n\n")
+}
+
+// rssTable is ferry's peak RSS on one file of each -rss-sizes.
+func (r *report) rssTable(p func(string, ...any)) {
+	if len(r.RSS) == 0 {
+		return
 	}
-	if r.Agent != "" {
-		p("## Agent\n\n%s\n\n", r.Agent)
+	p("## ferry push and restore peak RSS by file size (one file, default settings)\n\n")
+	p("| op | file | wall s | MiB/s | client CPU s/GiB | peak RSS MiB | server CPU s |\n|---|---|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.RSS {
+		p("| %s | %s | %.1f | %.0f | %.2f | %.0f | %.1f |\n", x.Op, fmtSize(x.SizeBytes), x.WallS, mibps(x.SizeBytes, x.WallS), x.CPUPerGiB, x.MaxRSSMiB, x.ServerCPUS)
 	}
-	if d := r.Durable; d != nil {
-		p("## Time to durable\n\nFrom the trainer's last write of a step to its manifest on the server (medians of %d alternated runs):\n\n", durableRounds)
-		p("| step | close-write | pipeline | runs (s) | median | MiB sent while written | parts re-sent |\n|---|---|---|---|---:|---|---|\n")
-		for _, c := range d.Cases {
-			p("| %s | %v | %v | %v | %.2f s | %v | %v |\n", c.Name, c.CloseWrite, c.Pipeline, c.Runs, c.MedianS, c.EarlyMiB, c.PartsResent)
-		}
-		p("\nNewest-step lag: %d steps of 2 x %s written every %v, upload capped at %s:\n\n", lagSteps, fmtSize(lagSize), lagInterval, lagBandwidth)
-		p("| --when-behind | worst wait for a step as new to be durable | last step | committed by then |\n|---|---:|---:|---:|\n")
-		for _, l := range d.Lag {
-			p("| %s | %.1f s | %.1f s | %d of %d |\n", l.Policy, l.MaxLagS, l.LastStepS, l.Committed, l.Steps)
-		}
-		p("\n")
+	p("\n")
+}
+
+// blake3Table compares ferry's BLAKE3 with b3sum.
+func (r *report) blake3Table(p func(string, ...any)) {
+	if len(r.BLAKE3) == 0 {
+		return
 	}
-	r.peersMarkdown(p)
-	if len(r.Targets) > 0 {
-		p("## Targets\n\n| target | this run | limit | met |\n|---|---:|---:|---|\n")
-		for _, t := range r.Targets {
-			met := "no"
-			if t.Pass {
-				met = "yes"
-			}
-			p("| %s | %.2f %s | %.2f %s | %s |\n", t.Name, t.Value, t.Unit, t.Limit, t.Unit, met)
+	p("## BLAKE3 over one 1 GiB file in page cache (median of 3)\n\n")
+	p("| hasher | threads | MiB/s | CPU s |\n|---|---|---:|---:|\n")
+	for _, h := range r.BLAKE3 {
+		cpu := "-"
+		if h.CPUS > 0 {
+			cpu = fmt.Sprintf("%.2f", h.CPUS)
 		}
-		p("\n")
+		p("| %s | %s | %.0f | %s |\n", h.Hasher, h.Threads, h.MiBps, cpu)
 	}
+	if r.B3sumVersion != "" {
+		p("\n%s.\n", r.B3sumVersion)
+	}
+	p("\n")
+}
+
+// durableTables are the time to durable of each case and the newest-step
+// lag of each --when-behind.
+func (r *report) durableTables(p func(string, ...any)) {
+	d := r.Durable
+	if d == nil {
+		return
+	}
+	p("## Time to durable\n\nFrom the trainer's last write of a step to its manifest on the server (medians of %d alternated runs):\n\n", durableRounds)
+	p("| step | close-write | pipeline | runs (s) | median | MiB sent while written | parts re-sent |\n|---|---|---|---|---:|---|---|\n")
+	for _, c := range d.Cases {
+		p("| %s | %v | %v | %v | %.2f s | %v | %v |\n", c.Name, c.CloseWrite, c.Pipeline, c.Runs, c.MedianS, c.EarlyMiB, c.PartsResent)
+	}
+	p("\nNewest-step lag: %d steps of 2 x %s written every %v, upload capped at %s:\n\n", lagSteps, fmtSize(lagSize), lagInterval, lagBandwidth)
+	p("| --when-behind | worst wait for a step as new to be durable | last step | committed by then |\n|---|---:|---:|---:|\n")
+	for _, l := range d.Lag {
+		p("| %s | %.1f s | %.1f s | %d of %d |\n", l.Policy, l.MaxLagS, l.LastStepS, l.Committed, l.Steps)
+	}
+	p("\n")
+}
+
+// targetsTable says which of the run's targets were met.
+func (r *report) targetsTable(p func(string, ...any)) {
+	if len(r.Targets) == 0 {
+		return
+	}
+	p("## Targets\n\n| target | this run | limit | met |\n|---|---:|---:|---|\n")
+	for _, t := range r.Targets {
+		met := "no"
+		if t.Pass {
+			met = "yes"
+		}
+		p("| %s | %.2f %s | %.2f %s | %s |\n", t.Name, t.Value, t.Unit, t.Limit, t.Unit, met)
+	}
+	p("\n")
+}
+
+// toolsTable is each tool's version and settings, and whether it verifies
+// what it moves.
+func (r *report) toolsTable(p func(string, ...any)) {
 	p("## Tools\n\n| tool | version | settings | verifies content |\n|---|---|---|---|\n")
 	for _, t := range r.Tools {
 		verif := "no (no content hash; S3 checks only what the SDK sends)"
@@ -94,26 +148,23 @@ func (r *report) markdown() string {
 		p("| %s | %s | %s | %s |\n", t.Name, t.Version, t.Settings, verif)
 	}
 	p("\n")
-	if len(r.Profiles) > 0 {
-		p("## Profiles\n\n")
-		names := make([]string, 0, len(r.Profiles))
-		for name := range r.Profiles {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			p("- %s: `%s`\n", name, r.Profiles[name])
-		}
-		p("\n")
+}
+
+// profilesList names the perf profiles written, by name.
+func (r *report) profilesList(p func(string, ...any)) {
+	if len(r.Profiles) == 0 {
+		return
 	}
-	if len(r.Notes) > 0 {
-		p("## Notes\n\n")
-		for _, n := range r.Notes {
-			p("- %s\n", n)
-		}
-		p("\n")
+	p("## Profiles\n\n")
+	names := make([]string, 0, len(r.Profiles))
+	for name := range r.Profiles {
+		names = append(names, name)
 	}
-	return b.String()
+	sort.Strings(names)
+	for _, name := range names {
+		p("- %s: `%s`\n", name, r.Profiles[name])
+	}
+	p("\n")
 }
 
 // setsText lists the data sets in a few words.

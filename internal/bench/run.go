@@ -32,12 +32,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := checkBinaries(cfg); err != nil {
 		return err
 	}
-	work := cfg.workDir
-	if work == "" {
-		if work, err = os.MkdirTemp("", "ferry-bench-"); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(work, 0o755); err != nil {
+	work, err := workDir(cfg)
+	if err != nil {
 		return err
 	}
 	if !cfg.keepWork {
@@ -48,52 +44,108 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	b := &bench{cfg: cfg, work: work, rep: newReport(cfg)}
 	b.sets = b.datasets()
-
-	// The data sets, their copies on the server (two restore sources and
-	// one upload at a time), one restore directory, and 10% slack.
-	var need int64
-	for _, ds := range b.sets {
-		need += ds.bytes() * 5 * 11 / 10
+	if err := b.checkFree(); err != nil {
+		return err
 	}
-	if free, err := freeBytes(work); err == nil && free < need {
-		return fmt.Errorf("%s has %.1f GiB free; the comparison needs about %.1f GiB", work, gib(free), gib(need))
-	}
-	accessLog := ""
-	if cfg.has("peers") {
-		// The peers phase counts the server's GETs in its access log.
-		accessLog = filepath.Join(work, "s3-access.log")
-	}
-	b.srv, err = startServer(cfg.versitygw, filepath.Join(work, "s3"), cfg.tls, accessLog)
+	stop, err := b.serve()
 	if err != nil {
 		return err
 	}
-	defer b.srv.stop()
-	log.Printf("versitygw on %s, scratch in %s", b.srv.endpoint, work)
-	if cfg.wan != nil {
-		scheme, host, _ := strings.Cut(b.srv.endpoint, "://")
-		tp, err := wanlink.Start(cfg.toxiproxy, host, *cfg.wan)
-		if err != nil {
-			return err
-		}
-		defer tp.Stop()
-		b.srv.endpoint, b.srv.proxyPid = scheme+"://"+tp.Addr, tp.Pid()
-		log.Printf("every tool reaches the server through toxiproxy on %s: %s", tp.Addr, cfg.wan)
-		b.rep.note("link: every tool and the agent reached the server through toxiproxy: %s", cfg.wan)
-	}
+	defer stop()
 	if b.ts, err = newToolset(cfg, b.srv, work); err != nil {
 		return err
 	}
 	b.rep.describeTools(b.ts, cfg.tools)
 
+	if err := b.comparison(ctx); err != nil {
+		return err
+	}
+	if err := b.ferryPhases(ctx); err != nil {
+		return err
+	}
+	// A failed peers phase (a node's restore, or its files) fails the run
+	// once the report of the rest is written.
+	var peersErr error
+	if cfg.has("peers") {
+		if peersErr = b.peersPhase(ctx); peersErr != nil {
+			peersErr = fmt.Errorf("peers: %w", peersErr)
+			b.rep.note("%v", peersErr)
+		}
+	}
+	b.rep.finish()
+	if err := b.rep.write(cfg.outDir); err != nil {
+		return err
+	}
+	return peersErr
+}
+
+// workDir returns the scratch folder: -work, made if missing, else a new
+// temporary one.
+func workDir(cfg Config) (string, error) {
+	if cfg.workDir == "" {
+		return os.MkdirTemp("", "ferry-bench-")
+	}
+	return cfg.workDir, os.MkdirAll(cfg.workDir, 0o755)
+}
+
+// checkFree fails when the scratch folder's disk cannot hold the data
+// sets, their copies on the server (two restore sources and one upload at
+// a time), one restore directory, and 10% slack.
+func (b *bench) checkFree() error {
+	var need int64
+	for _, ds := range b.sets {
+		need += ds.bytes() * 5 * 11 / 10
+	}
+	if free, err := freeBytes(b.work); err == nil && free < need {
+		return fmt.Errorf("%s has %.1f GiB free; the comparison needs about %.1f GiB", b.work, gib(free), gib(need))
+	}
+	return nil
+}
+
+// serve starts versitygw in the scratch folder, and toxiproxy in
+// front of it with -wan, and returns the function that stops them.
+func (b *bench) serve() (stop func(), err error) {
+	cfg := b.cfg
+	accessLog := ""
+	if cfg.has("peers") {
+		// The peers phase counts the server's GETs in its access log.
+		accessLog = filepath.Join(b.work, "s3-access.log")
+	}
+	b.srv, err = startServer(cfg.versitygw, filepath.Join(b.work, "s3"), cfg.tls, accessLog)
+	if err != nil {
+		return nil, err
+	}
+	log.Printf("versitygw on %s, scratch in %s", b.srv.endpoint, b.work)
+	if cfg.wan == nil {
+		return b.srv.stop, nil
+	}
+	scheme, host, _ := strings.Cut(b.srv.endpoint, "://")
+	tp, err := wanlink.Start(cfg.toxiproxy, host, *cfg.wan)
+	if err != nil {
+		b.srv.stop()
+		return nil, err
+	}
+	b.srv.endpoint, b.srv.proxyPid = scheme+"://"+tp.Addr, tp.Pid()
+	log.Printf("every tool reaches the server through toxiproxy on %s: %s", tp.Addr, cfg.wan)
+	b.rep.note("link: every tool and the agent reached the server through toxiproxy: %s", cfg.wan)
+	return func() {
+		tp.Stop()
+		b.srv.stop()
+	}, nil
+}
+
+// comparison runs the tools' comparison (upload and restore of each data
+// set), its request counts and perf profiles, then frees its disk.
+func (b *bench) comparison(ctx context.Context) error {
 	if err := b.compare(ctx); err != nil {
 		return err
 	}
-	if phases := countPhases(cfg); len(phases) > 0 {
+	if phases := countPhases(b.cfg); len(phases) > 0 {
 		if err := b.countRequests(ctx, phases); err != nil {
 			b.rep.note("request counts failed: %v", err)
 		}
 	}
-	if cfg.perfProfile && len(b.sets) > 0 {
+	if b.cfg.perfProfile && len(b.sets) > 0 {
 		if err := b.profile(ctx); err != nil {
 			b.rep.note("perf profile failed: %v", err)
 		}
@@ -103,6 +155,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		b.removeSources(ds)
 		_ = os.RemoveAll(ds.dir)
 	}
+	return nil
+}
+
+// ferryPhases runs the phases that measure ferry alone: push's peak RSS,
+// BLAKE3 against b3sum, the agent, time to durable and interference with a
+// trainer. The last three note their failure in the report and go on.
+func (b *bench) ferryPhases(ctx context.Context) error {
+	cfg := b.cfg
 	if cfg.has("rss") && b.toolWanted("ferry") {
 		if err := b.rssPhase(ctx); err != nil {
 			return err
@@ -126,20 +186,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			b.rep.note("interference: %v", err)
 		}
 	}
-	// A failed peers phase (a node's restore, or its files) fails the run
-	// once the report of the rest is written.
-	var peersErr error
-	if cfg.has("peers") {
-		if peersErr = b.peersPhase(ctx); peersErr != nil {
-			peersErr = fmt.Errorf("peers: %w", peersErr)
-			b.rep.note("%v", peersErr)
-		}
-	}
-	b.rep.finish()
-	if err := b.rep.write(cfg.outDir); err != nil {
-		return err
-	}
-	return peersErr
+	return nil
 }
 
 // datasets lists the data sets the upload and restore phases move (none

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -94,4 +96,34 @@ func writeCheckpoint(path string, size int64) (float64, error) {
 		return 0, err
 	}
 	return time.Since(start).Seconds(), nil
+}
+
+// trainerResult is what the trainer simulator prints.
+type trainerResult struct {
+	ComputePerS float64 `json:"compute_per_s"`
+	WriteMiBps  float64 `json:"write_mibps"`
+}
+
+// runTrainer runs this binary's trainer simulator (-trainer-sim) pinned to
+// cpus for interfWindow.
+func (b *bench) runTrainer(ctx context.Context, dir, cpus string) (trainerResult, error) {
+	var res trainerResult
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, "taskset", "-c", cpus, self, TrainerSimFlag, "-trainer-dir", dir,
+		"-trainer-window", interfWindow.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.Output()
+	if err != nil {
+		return res, fmt.Errorf("trainer simulator: %w", err)
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return res, fmt.Errorf("trainer simulator printed %q: %w", out, err)
+	}
+	return res, nil
 }
