@@ -171,7 +171,7 @@ docs:
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) run ./internal/codesize
+	$(GO) run ./internal/codesize $$(git ls-files '*.go')
 	$(STATICCHECK) ./...
 	@$(MAKE) --no-print-directory vulncheck
 

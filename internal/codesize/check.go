@@ -62,7 +62,14 @@ func goFiles(root string) ([]string, error) {
 		return nil, err
 	}
 	if !info.IsDir() {
-		return []string{filepath.Clean(root)}, nil
+		// A relative path's folders are those a walk of . would see.
+		path := filepath.Clean(root)
+		for _, dir := range strings.Split(filepath.Dir(path), string(filepath.Separator)) {
+			if !filepath.IsAbs(path) && skipDir(dir) {
+				return nil, nil
+			}
+		}
+		return []string{path}, nil
 	}
 	var files []string
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -71,7 +78,7 @@ func goFiles(root string) ([]string, error) {
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if path != root && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			if path != root && skipDir(name) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -82,6 +89,15 @@ func goFiles(root string) ([]string, error) {
 		return nil
 	})
 	return files, err
+}
+
+// skipDir reports whether Go leaves the folder name out of ./... (and so
+// does this check); "." and ".." are not left out.
+func skipDir(name string) bool {
+	if name == "." || name == ".." {
+		return false
+	}
+	return name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
 }
 
 // offence is one function or file over its limit: key for the allow list,

@@ -42,6 +42,17 @@ func TestCheck(t *testing.T) {
 	write(t, dir, "testdata/x.go", "package p\n\n"+funcOf("data", 200))
 	write(t, dir, ".hidden/x.go", "package p\n\n"+funcOf("hidden", 200))
 
+	// Files named one by one, relative to the module (make lint passes
+	// git ls-files), are left out by the same rules as in a walk.
+	t.Chdir(dir)
+	named := []string{"testdata/x.go", ".hidden/x.go", "long_test.go", "ok.go"}
+	if got, err := check(named, nil); err != nil || len(got) != 0 {
+		t.Errorf("files named that the walk leaves out: %q, %v", got, err)
+	}
+	if got, err := check([]string{"long.go"}, nil); err != nil || len(got) != 2 {
+		t.Errorf("long.go named: %q, %v; want its two functions", got, err)
+	}
+
 	got, err := check([]string{dir}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,15 @@
 // Command codesize fails when non-test Go code outgrows the limits of
 // CONTRIBUTING.md: a function over 80 lines (from its func line to its
 // closing brace, function literals inside it included) or a file over
-// 15,000 characters. `make lint` runs it over the module:
+// 15,000 characters. `make lint` runs it over the files git tracks:
 //
 //	go run ./internal/codesize [folder or file ...]   # default: .
 //
 // It names every offender, one a line, and exits 1 if there is one.
-// Folders are walked, leaving out testdata, vendor, and hidden folders and
-// those starting with an underscore; _test.go files and generated files
-// ("Code generated ... DO NOT EDIT.") are not checked.
+// Folders are walked (symbolic links are not followed); what Go leaves out
+// of ./... is left out here too (testdata, vendor, folders starting with a
+// dot or an underscore), and so are _test.go files and generated files
+// ("Code generated ... DO NOT EDIT.").
 package main
 
 import (
