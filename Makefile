@@ -165,10 +165,13 @@ docs:
 	$(GO) test -count=1 -run '^TestDocsReference$$' ./cmd/ferry/ -update-docs
 	$(GO) test -count=1 -run '^TestHelpGolden$$' ./cmd/ferry/ -update
 
-## lint: gofmt, go vet, staticcheck, govulncheck (vulncheck)
+## lint: gofmt, go vet, staticcheck, code size (internal/codesize: no
+## non-test function over 80 lines, no file over 15,000 characters),
+## govulncheck (vulncheck)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./internal/codesize $$(git ls-files '*.go')
 	$(STATICCHECK) ./...
 	@$(MAKE) --no-print-directory vulncheck
 
@@ -205,7 +208,7 @@ clean:
 	rm -rf $(BIN)
 
 ## bench: ferry vs aws-cli and s5cmd on a local versitygw, about 15 min
-## (bench/README.md); BENCH_QUICK=1 for a 4 x 64 MiB smoke run, BENCH_FLAGS
+## (cmd/ferry-bench/README.md); BENCH_QUICK=1 for a 4 x 64 MiB smoke run, BENCH_FLAGS
 ## for more (e.g. BENCH_FLAGS="-perf -rounds 5"). Results in bench-results/.
 S5CMD         := $(TOOLS)/s5cmd
 S5CMD_VERSION := v2.3.0
@@ -213,12 +216,12 @@ BENCH_DEBS    := awscli b3sum time
 BENCH_FLAGS   ?=
 
 # make scale: the multi-node commit, big manifests and a long history in one
-# process against the in-memory store with 30 ms per request (bench/scale);
+# process against the in-memory store with 30 ms per request (internal/bench/scale);
 # SCALE_FLAGS=-nodes=8,64 for a quick run. Writes bench-results/scale.json.
 .PHONY: scale
 scale:
 	@mkdir -p bench-results
-	$(GO) run ./bench/scale -out bench-results/scale.json $(SCALE_FLAGS)
+	$(GO) run ./cmd/ferry-scale -out bench-results/scale.json $(SCALE_FLAGS)
 
 .PHONY: bench bench-go bench-deps
 ## bench-wan: the upload, restore and time-to-durable comparison again with
@@ -232,7 +235,7 @@ WAN_FLAGS         ?= -files 8 -size 128MiB -small 1000x256KiB -rounds 2 -phases 
 bench-wan: tools $(S5CMD) $(TOXIPROXY) bench-deps
 	$(FERRY_BENCH_BUILD) -o $(BIN)/bench/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim
-	$(GO) build -o $(BIN)/ferry-bench ./bench
+	$(GO) build -o $(BIN)/ferry-bench ./cmd/ferry-bench
 	for link in $(WAN_LINKS); do \
 		$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -trainsim $(BIN)/bench/ferry-trainsim -versitygw $(VERSITYGW) -s5cmd $(S5CMD) \
 			-toxiproxy $(TOXIPROXY) -wan $$link -out bench-results/wan-$${link%%,*} $(WAN_FLAGS) $(BENCH_FLAGS) || exit 1; \
@@ -264,7 +267,7 @@ test-faults: tools $(TOXIPROXY)
 bench: tools $(S5CMD) bench-deps
 	$(FERRY_BENCH_BUILD) -o $(BIN)/bench/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/bench/ferry-trainsim ./cmd/ferry-trainsim
-	$(GO) build -o $(BIN)/ferry-bench ./bench
+	$(GO) build -o $(BIN)/ferry-bench ./cmd/ferry-bench
 	$(BIN)/ferry-bench -ferry $(BIN)/bench/ferry -trainsim $(BIN)/bench/ferry-trainsim -versitygw $(VERSITYGW) -s5cmd $(S5CMD) \
 		$(if $(BENCH_QUICK),-quick) $(BENCH_FLAGS)
 

@@ -140,6 +140,20 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 	}
 	w.t, w.pos, w.end, w.writebackPos = t, off, end, off
 	defer func() { w.t = nil }()
+	if err := w.getRange(ctx, off, end); err != nil {
+		return err
+	}
+	if t.align == 0 && w.r.opts.Fsync && w.pos > w.writebackPos {
+		startWriteback(t.f, w.writebackPos, w.pos-w.writebackPos)
+	}
+	return nil
+}
+
+// getRange GETs the chunk's bytes [off, end) of w.t into its temp file,
+// asking again for the remaining range when a body breaks, within
+// maxChunkRetries in a row without progress and maxChunkRequests in all.
+func (w *chunkWriter) getRange(ctx context.Context, off, end int64) error {
+	t := w.t
 	size := t.job.file.Size
 	key := t.job.file.Key
 	// A packed file is a range of its pack, read from the bucket: the
@@ -191,9 +205,6 @@ func (w *chunkWriter) fetch(ctx context.Context, t *transfer, i int) error {
 		if err := ctxtime.Sleep(ctx, time.Duration(retries)*100*time.Millisecond); err != nil {
 			return err
 		}
-	}
-	if t.align == 0 && w.r.opts.Fsync && w.pos > w.writebackPos {
-		startWriteback(t.f, w.writebackPos, w.pos-w.writebackPos)
 	}
 	return nil
 }

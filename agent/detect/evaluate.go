@@ -171,6 +171,23 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 			events = append(events, Event{Kind: Writing, Step: w.writingStep(&c)})
 		}
 	}
+	events = append(events, w.vanished(seen)...)
+	events = append(events, w.report(ready)...)
+	w.checkRecognized(now)
+	if w.unrecognized.Load() == nil && !w.unrecognizedSince.IsZero() {
+		next = earliest(next, w.unrecognizedSince.Add(w.opts.Settle)) // wake to warn
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Step.Number < events[j].Step.Number })
+	return events, next
+}
+
+// vanished forgets the steps that are no longer candidates (not in seen)
+// and returns what their going means: Lost for a step that was settling
+// and never reported (unless it was a version of a folder that a newer
+// one replaced), Deleted for one
+// that was reported or announced as being written.
+func (w *Watcher) vanished(seen map[string]bool) []Event {
+	var events []Event
 	for id, st := range w.states {
 		if seen[id] {
 			continue
@@ -184,13 +201,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		delete(w.states, id)
 		delete(w.decls, id)
 	}
-	events = append(events, w.report(ready)...)
-	w.checkRecognized(now)
-	if w.unrecognized.Load() == nil && !w.unrecognizedSince.IsZero() {
-		next = earliest(next, w.unrecognizedSince.Add(w.opts.Settle)) // wake to warn
-	}
-	sort.SliceStable(events, func(i, j int) bool { return events[i].Step.Number < events[j].Step.Number })
-	return events, next
+	return events
 }
 
 // pendingState says why a candidate is not complete yet (nil when it is),

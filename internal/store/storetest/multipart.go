@@ -35,30 +35,7 @@ func testMultipart(t *testing.T, s store.Store, o options) {
 		}
 		parts[i] = p
 	}
-	listed, err := s.ListParts(t.Context(), key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(listed) != len(parts) {
-		t.Fatalf("ListParts returned %d parts, want %d", len(listed), len(parts))
-	}
-	unlisted := 0
-	for i, p := range listed {
-		want := parts[i]
-		if p.CRC32C == "" && want.CRC32C != "" && o.partChecksumsOptional {
-			// What ferry does with such a part: send it again, and
-			// complete with the CRC32C of what it sent.
-			unlisted++
-			listed[i] = want
-			continue
-		}
-		if p.Number != want.Number || p.Size != want.Size || p.ETag != want.ETag || p.CRC32C != want.CRC32C {
-			t.Errorf("ListParts part %d = %+v, want %+v", i, p, want)
-		}
-	}
-	if unlisted > 0 {
-		t.Logf("ListParts reported no CRC32C for %d of %d parts (PartChecksumsOptional)", unlisted, len(listed))
-	}
+	listed := checkListedParts(t, s, key, id, parts, o)
 	if _, err := s.Head(t.Context(), key); !errors.Is(err, store.ErrNotExist) {
 		t.Errorf("Head before completion: %v, want ErrNotExist", err)
 	}
@@ -93,6 +70,37 @@ func testMultipart(t *testing.T, s store.Store, o options) {
 	if len(ups) != 0 {
 		t.Errorf("ListUploads after completion = %+v", ups)
 	}
+}
+
+// checkListedParts checks that ListParts of an upload in progress returns
+// the parts uploaded, and returns the list to complete it with.
+func checkListedParts(t *testing.T, s store.Store, key, id string, parts []store.Part, o options) []store.Part {
+	t.Helper()
+	listed, err := s.ListParts(t.Context(), key, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != len(parts) {
+		t.Fatalf("ListParts returned %d parts, want %d", len(listed), len(parts))
+	}
+	unlisted := 0
+	for i, p := range listed {
+		want := parts[i]
+		if p.CRC32C == "" && want.CRC32C != "" && o.partChecksumsOptional {
+			// What ferry does with such a part: send it again, and
+			// complete with the CRC32C of what it sent.
+			unlisted++
+			listed[i] = want
+			continue
+		}
+		if p.Number != want.Number || p.Size != want.Size || p.ETag != want.ETag || p.CRC32C != want.CRC32C {
+			t.Errorf("ListParts part %d = %+v, want %+v", i, p, want)
+		}
+	}
+	if unlisted > 0 {
+		t.Logf("ListParts reported no CRC32C for %d of %d parts (PartChecksumsOptional)", unlisted, len(listed))
+	}
+	return listed
 }
 
 func testPartCRC32CMismatch(t *testing.T, s store.Store) {
