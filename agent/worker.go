@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent/control"
-	"github.com/ferrylabs/ferry/internal/confine"
-	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/prune"
 	"github.com/ferrylabs/ferry/uploader"
@@ -337,107 +333,4 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	a.recording--
 	a.changedLocked()
 	a.mu.Unlock()
-}
-
-// keepLocal deletes the local files of committed steps beyond the KeepLocal
-// newest committed ones. It deletes only files the journal says were made
-// durable and that are still exactly as uploaded (the same file: device
-// and inode, size and mtime), and then the step's emptied folders. Every
-// deletion goes through the watch dir as an open root and follows no link
-// (internal/confine): a committed folder swapped for a link to another
-// folder is not followed. Nothing uncommitted is ever touched.
-func (a *Agent) keepLocal(ctx context.Context) {
-	entries := a.journal.entries()
-	var live []committedEntry
-	for _, e := range entries {
-		if !e.Removed {
-			live = append(live, e)
-		}
-	}
-	if len(live) <= a.opts.KeepLocal {
-		return
-	}
-	root, err := confine.Open(a.opts.Detect.Dir)
-	if err != nil {
-		a.log.Warn("keep-local: cannot open the watch dir", zap.Error(err))
-		return
-	}
-	defer root.Close()
-	for _, e := range live[:len(live)-a.opts.KeepLocal] {
-		if e.Pending && !a.stepCommitted(ctx, e.Step) {
-			// Only this node's share is durable; the step is not
-			// restorable until every node's is. Keep its files.
-			continue
-		}
-		removed := 0
-		for _, f := range e.Files {
-			ok, err := root.RemoveIf(f.Path, func(st confine.Stat) bool { return committedFile(f, st) })
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				a.log.Warn("keep-local: could not delete", zap.String("file", f.Path), zap.Error(err))
-			}
-			if ok {
-				removed++
-			}
-		}
-		if e.Root != "" {
-			removeEmptyDirs(root, path.Clean(e.Root))
-		}
-		if err := a.journal.markRemoved(e.Step); err != nil {
-			a.log.Warn("keep-local: could not update the journal", zap.Error(err))
-		}
-		a.log.Info("keep-local: deleted local files of a committed step", zap.Int64("step", e.Step), zap.Int("files", removed))
-	}
-}
-
-// committedFile reports whether st is the file f the journal recorded as
-// committed: regular, same size and mtime, and the same device and inode
-// where the journal has them.
-func committedFile(f localFile, st confine.Stat) bool {
-	return st.IsRegular() && st.Size == f.Size && st.ModTime.UnixNano() == f.ModTime &&
-		(f.Ino == 0 || st.Dev == f.Dev && st.Ino == f.Ino)
-}
-
-// stepCommitted checks the bucket for a step's manifest (one HEAD), for a
-// step that only this node's share of was known to be durable.
-func (a *Agent) stepCommitted(ctx context.Context, step int64) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if _, err := a.opts.Store.Head(ctx, manifest.ManifestKey(a.opts.Prefix, step)); err != nil {
-		return false
-	}
-	if err := a.journal.markCommitted(step); err != nil {
-		a.log.Warn("keep-local: could not update the journal", zap.Error(err))
-	}
-	return true
-}
-
-// removeEmptyDirs removes rel and its sub-folders beneath root if they
-// are empty, deepest first, never going above rel; links are neither
-// followed nor removed.
-func removeEmptyDirs(root *confine.Dir, rel string) {
-	if d, err := root.OpenDir(rel); err == nil {
-		des, _ := d.ReadDir(-1)
-		d.Close()
-		for _, de := range des {
-			if de.IsDir() {
-				removeEmptyDirs(root, rel+"/"+de.Name())
-			}
-		}
-	}
-	_ = root.RemoveEmptyDir(rel) // fails, harmlessly, on a non-empty folder
-}
-
-// destination is where this agent's pushes go, for abandoning one.
-func (a *Agent) destination() uploader.Destination {
-	return uploader.Destination{Store: a.opts.Store, Location: a.opts.URL, Prefix: a.opts.Prefix, StateDir: a.uploadStateDir(), Run: a.opts.Run,
-		Nodes: a.opts.Nodes, NodeRank: a.opts.NodeRank, Logger: a.log}
-}
-
-// detectedLayout is the layout to record in the manifest: the one the
-// watcher uses, "" while auto has not chosen one.
-func (a *Agent) detectedLayout() string {
-	if name := a.watcher.LayoutName(); name != "auto" {
-		return name
-	}
-	return ""
 }
