@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -76,11 +78,51 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return append(a.unfinished(), stuckSteps(stuck)...), ctx.Err()
+			return append(a.unfinished(), stuckSteps(stuck)...), &control.WaitingError{Err: ctx.Err(), For: a.waitingFor()}
 		case <-changed:
 		case <-tick.C:
 		}
 	}
+}
+
+// waitingFor says what a flush still waits for, for its timeout's answer:
+// up to four steps with their state and reason.
+func (a *Agent) waitingFor() string {
+	var why []string
+	a.mu.Lock()
+	for _, n := range slices.Sorted(maps.Keys(a.steps)) {
+		st := a.steps[n].status
+		switch st.State {
+		case control.StatePending, control.StateUploading:
+			why = append(why, fmt.Sprintf("step %d %s", n, st.State))
+		case control.StateFailed:
+			why = append(why, fmt.Sprintf("step %d failed, retrying (%s)", n, st.Error))
+		}
+	}
+	if a.recording > 0 {
+		why = append(why, "a durable step's journal entry and --keep-local cleanup")
+	}
+	a.mu.Unlock()
+	settle := a.opts.Detect.Settle
+	if settle <= 0 {
+		settle = detect.DefaultSettle
+	}
+	for _, p := range a.watcher.Pending() {
+		if p.State == "settling" || time.Since(p.Since) < settle {
+			name := fmt.Sprintf("step %d", p.Step)
+			if p.Step < 0 {
+				name = p.Root
+			}
+			why = append(why, fmt.Sprintf("%s on disk %s: %s", name, p.State, p.Reason))
+		}
+	}
+	if a.watcher.Recognizing() {
+		why = append(why, "--layout auto has not placed the files it sees yet")
+	}
+	if len(why) > 4 {
+		why = append(why[:4], fmt.Sprintf("and %d more", len(why)-4))
+	}
+	return strings.Join(why, "; ")
 }
 
 // syncWatcher returns once the agent has handled every event of a fresh

@@ -99,3 +99,24 @@ func TestFlushTellsTheTruth(t *testing.T) {
 		t.Fatalf("flush on an unrecognised tree: %v", err)
 	}
 }
+
+// A flush that runs out of time names what it still waits for: here a DCP
+// step without its .metadata, within an hour's settle window.
+func TestFlushTimeoutSaysWhy(t *testing.T) {
+	h := startAgent(t, func(o *Options) { o.Detect.Layout, o.Detect.Settle = "dcp", time.Hour })
+	<-h.agent.watching
+	if err := os.MkdirAll(filepath.Join(h.watch, "step-3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.watch, "step-3", "__0_0.distcp"), []byte("shard"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err := h.agent.Flush(ctx)
+	var w *control.WaitingError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &w) || !strings.Contains(w.For, "step 3 on disk waiting") {
+		t.Fatalf("flush timed out with %v, want it to name step 3 waiting on disk", err)
+	}
+	t.Logf("flush: %v", err)
+}

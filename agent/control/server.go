@@ -248,6 +248,10 @@ func (h controlHandler) flush(w http.ResponseWriter, r *http.Request) {
 		resp.Error = fmt.Sprintf("flush timed out after %v: %v", timeout, ErrStarting)
 	case errors.Is(err, context.DeadlineExceeded):
 		resp.Error = fmt.Sprintf("flush timed out after %v", timeout)
+		var w *WaitingError
+		if errors.As(err, &w) && w.For != "" {
+			resp.Error += "; still waiting for " + w.For
+		}
 	case err != nil:
 		resp.Error = err.Error()
 	}
@@ -293,6 +297,23 @@ func (cl *Client) Status(ctx context.Context) (Status, error) {
 	err := cl.do(ctx, http.MethodGet, "/status", &st)
 	return st, err
 }
+
+// WaitingError is a Controller's Flush ending with its context: For says
+// what it still waited for (steps and their states), for the answer.
+type WaitingError struct {
+	Err error
+	For string
+}
+
+func (e *WaitingError) Error() string {
+	if e.For == "" {
+		return e.Err.Error()
+	}
+	return e.Err.Error() + "; still waiting for " + e.For
+}
+
+// Unwrap returns the context's error.
+func (e *WaitingError) Unwrap() error { return e.Err }
 
 // ErrStarting is a Controller's Flush error while the agent has not yet
 // looked at its directory: it cannot know what to wait for.
