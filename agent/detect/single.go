@@ -45,8 +45,10 @@ import (
 //     checkpoint with the previous best, which the trainer also had).
 type singleLayout struct {
 	log *zap.Logger
-	// tornCache holds tornReason's verdicts (selfcheck.go).
+	// tornCache holds tornReason's verdicts (selfcheck.go); warned the
+	// versions of files abandoned() warned about.
 	tornCache tornCache
+	warned    map[stat]bool
 }
 
 // abandonedAfter is how long a file cut short must stay unchanged, with no
@@ -55,23 +57,29 @@ const abandonedAfter = 2 * time.Second
 
 // abandoned reports whether a file is cut short by its format, held open
 // for writing by no process and unchanged for abandonedAfter: what a
-// killed writer leaves, not what a writer at work has written so far.
+// killed writer leaves, not what a writer at work has written so far. It
+// warns once per version of a file it leaves out, and only then: a file
+// read mid-write is not left out, it holds the version back.
 func (l *singleLayout) abandoned(t *Tree, e *Entry) bool {
-	if l.torn(t, e) == "" || time.Since(e.ModTime) < abandonedAfter {
+	if time.Since(e.ModTime) < abandonedAfter {
 		return false
 	}
-	open, err := openForWriting(t.abs(e.Path))
-	return err == nil && !open
-}
-
-// torn returns why a file in the root is cut short, "" when it is whole,
-// reading each version of a file once; it warns once per version left out.
-func (l *singleLayout) torn(t *Tree, e *Entry) string {
-	why, read := l.tornCache.reason(t, e.Path, e.Size, e.ModTime)
-	if read && why != "" && l.log != nil {
+	why, _ := l.tornCache.reason(t, e.Path, e.Size, e.ModTime)
+	if why == "" {
+		return false
+	}
+	if open, err := openForWriting(t.abs(e.Path)); err != nil || open {
+		return false
+	}
+	key := stat{e.Path, e.Size, e.ModTime.UnixNano()}
+	if !l.warned[key] && l.log != nil {
+		if l.warned == nil || len(l.warned) > 1024 {
+			l.warned = map[stat]bool{}
+		}
+		l.warned[key] = true
 		l.log.Warn("checkpoint file left out of the folder's versions until it is written whole", zap.String("file", e.Path), zap.String("reason", why))
 	}
-	return why
+	return true
 }
 
 var checkpointExt = regexp.MustCompile(`(?i)\.(?:pt|pth|tar|ckpt|bin|safetensors|pkl|npz|h5|msgpack)$`)
