@@ -364,8 +364,10 @@ func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
 }
 
 // closedAt reports whether close-write detection vouches for every file of
-// a candidate, and from when (the last close plus closeGrace): each file's
-// writer closed it, it is unchanged since, and no process holds it open for
+// a candidate, and from when (the last close plus closeGrace, or the last
+// close for a step the trainer declared complete: its word that the save
+// is over replaces the wait for a writer that reopens): each file's writer
+// closed it, it is unchanged since, and no process holds it open for
 // writing now.
 func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
 	if w.closes == nil || len(c.Step.Files) == 0 {
@@ -394,6 +396,9 @@ func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
 		if at.After(last) {
 			last = at
 		}
+	}
+	if c.ByTrainer {
+		return last, true
 	}
 	return last.Add(closeGrace), true
 }
