@@ -129,8 +129,8 @@ type Agent struct {
 	// handled counts the watcher's events handled so far (Flush waits for
 	// those its sync with the watcher reported sent).
 	handled atomic.Int64
-	// recording counts the steps durable whose journal entry and local
-	// retention are still being done (recordCommitted).
+	// recording counts the steps durable whose journal entry is still
+	// being written (recordCommitted).
 	recording int
 	lastErr   string
 	// remote holds the steps committed in the bucket when the agent started.

@@ -315,8 +315,16 @@ func TestAgentKeepLocal(t *testing.T) {
 	if err := os.WriteFile(partial, []byte("half"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Retention runs after the journal entry, which is all flush waits
+	// for: give it a moment.
 	for _, s := range []int64{1, 2} {
-		if _, err := os.Stat(filepath.Join(h.watch, trainsim.FileName(0, s, 0))); !errors.Is(err, os.ErrNotExist) {
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err = os.Stat(filepath.Join(h.watch, trainsim.FileName(0, s, 0))); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+		}
+		if !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("step %d still on disk with --keep-local 1 (stat: %v)", s, err)
 		}
 	}

@@ -71,8 +71,8 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 		a.mu.Unlock()
 		pending := a.unfinished()
 		onDisk, stuck := a.waitingOnDisk()
-		// recording: a step durable whose journal entry and local
-		// retention (--keep-local) are not done yet.
+		// recording: a step durable whose journal entry is not
+		// written yet.
 		if len(pending) == 0 && onDisk == 0 && recording == 0 {
 			return a.stuckError(stuck)
 		}
@@ -100,7 +100,7 @@ func (a *Agent) waitingFor() string {
 		}
 	}
 	if a.recording > 0 {
-		why = append(why, "a durable step's journal entry and --keep-local cleanup")
+		why = append(why, "a durable step's journal entry")
 	}
 	a.mu.Unlock()
 	settle := a.opts.Detect.Settle

@@ -326,11 +326,13 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
 		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
-	if a.opts.KeepLocal > 0 {
-		a.keepLocal(ctx)
-	}
 	a.mu.Lock()
-	a.recording--
+	a.recording-- // the journal has it: what flush waits for is done
 	a.changedLocked()
 	a.mu.Unlock()
+	if a.opts.KeepLocal > 0 {
+		// Not waited for by flush: its bucket checks may stall with the
+		// server, and durability does not depend on it.
+		a.keepLocal(ctx)
+	}
 }
