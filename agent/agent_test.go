@@ -17,11 +17,11 @@ import (
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )

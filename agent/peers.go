@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/ferrylabs/ferry/internal/confine"
-	"github.com/ferrylabs/ferry/manifest/remote"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 

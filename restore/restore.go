@@ -24,6 +24,10 @@
 //
 // One restore at a time per target directory: a restore removes temp files
 // left by an earlier, interrupted one, which would break a concurrent one.
+//
+// This package is ferry's implementation, used by cmd/ferry and ferry's
+// other packages. It is importable, but its API carries no stability
+// promise; the supported public API is package manifest (the remote format).
 package restore
 
 import (

@@ -12,10 +12,10 @@ import (
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // PushOptions configure one push of a step to a Destination.

@@ -16,8 +16,8 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 const testPart = store.MinPartSize

@@ -19,6 +19,10 @@
 // again, so it is read twice, like any other file. The cost is that such a
 // file's first part leaves only after the whole file is hashed (about
 // 3 GB/s per core), where other files start sending after their first part.
+//
+// This package is ferry's implementation, used by cmd/ferry and ferry's
+// other packages. It is importable, but its API carries no stability
+// promise; the supported public API is package manifest (the remote format).
 package uploader
 
 import (

@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
-	"github.com/ferrylabs/ferry/copier"
+	"github.com/ferrylabs/ferry/internal/copier"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"

@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/units"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 type listOptions struct {

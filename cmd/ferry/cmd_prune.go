@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferrylabs/ferry/internal/prune"
 	"github.com/ferrylabs/ferry/internal/units"
-	"github.com/ferrylabs/ferry/prune"
 )
 
 type pruneOptions struct {

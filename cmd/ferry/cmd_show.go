@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 type showOptions struct {

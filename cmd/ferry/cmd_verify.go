@@ -14,8 +14,8 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/internal/verify"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/verify"
 )
 
 type verifyOptions struct {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // srcFile is a file of a hand-made source step.

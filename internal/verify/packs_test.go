@@ -12,10 +12,10 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // member is a file to pack: its path and bytes.

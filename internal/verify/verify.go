@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // DefaultConcurrency is how many ranged GETs --read-data keeps in flight.

@@ -33,9 +33,9 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // Defaults for Options fields left zero.
