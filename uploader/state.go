@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"sync"
 
-	"github.com/ferrylabs/ferry/internal/atomicfile"
+	"github.com/ferrylabs/ferry/internal/statefile"
 )
 
 // Upload records one multipart upload in flight.
@@ -42,19 +41,11 @@ type SentPart struct {
 // fsynced: the state only saves work (what it records is on the server),
 // so a power cut costs re-sending, never a wrong commit, while an fsync on
 // the checkpoint's file system can wait behind the trainer's writeback, on
-// the path between the trainer's last write and the manifest.
-//
-// mu guards data and is never held across I/O: a save encodes a snapshot
-// under it and writes that snapshot under writeMu, skipping it when a newer
-// one is already on disk.
+// the path between the trainer's last write and the manifest. The file is
+// mirrored by internal/statefile: no lock held across the disk, saves
+// ordered, and Delete ordered with them.
 type State struct {
-	path string
-	mu   sync.Mutex
-	data stateData
-	seq  uint64 // snapshots taken, under mu
-
-	writeMu sync.Mutex
-	written uint64 // the newest snapshot on disk, under writeMu
+	f *statefile.File[stateData]
 }
 
 type stateData struct {
@@ -80,51 +71,44 @@ type DoneObject struct {
 // otherwise it starts an empty state with a new attempt name (newAttempt is
 // called to make one). The file is created on the first change.
 func OpenState(path, owner string, newAttempt func() string) (*State, error) {
-	s := &State{path: path}
+	var data stateData
 	raw, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		if jerr := json.Unmarshal(raw, &s.data); jerr != nil || s.data.Version != 1 || s.data.Owner != owner || s.data.Attempt == "" {
-			s.data = stateData{}
+		if jerr := json.Unmarshal(raw, &data); jerr != nil || data.Version != 1 || data.Owner != owner || data.Attempt == "" {
+			data = stateData{}
 		}
 	case errors.Is(err, os.ErrNotExist):
 	default:
 		return nil, fmt.Errorf("read upload state %s: %w", path, err)
 	}
-	if s.data.Attempt == "" {
-		s.data = stateData{Version: 1, Owner: owner, Attempt: newAttempt()}
+	if data.Attempt == "" {
+		data = stateData{Version: 1, Owner: owner, Attempt: newAttempt()}
 	}
-	if s.data.Uploads == nil {
-		s.data.Uploads = map[string]Upload{}
+	if data.Uploads == nil {
+		data.Uploads = map[string]Upload{}
 	}
-	if s.data.Done == nil {
-		s.data.Done = map[string]DoneObject{}
+	if data.Done == nil {
+		data.Done = map[string]DoneObject{}
 	}
-	return s, nil
+	return &State{f: statefile.New(path, "upload state", data, false)}, nil
 }
 
 // Attempt returns the attempt name recorded in the state.
-func (s *State) Attempt() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.data.Attempt
+func (s *State) Attempt() (attempt string) {
+	s.f.View(func(d *stateData) { attempt = d.Attempt })
+	return attempt
 }
 
 // Get returns the upload recorded for key.
-func (s *State) Get(key string) (Upload, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	up, ok := s.data.Uploads[key]
+func (s *State) Get(key string) (up Upload, ok bool) {
+	s.f.View(func(d *stateData) { up, ok = d.Uploads[key] })
 	return up, ok
 }
 
 // Put records an upload for key and saves the state.
 func (s *State) Put(key string, up Upload) error {
-	s.mu.Lock()
-	s.data.Uploads[key] = up
-	snap, err := s.snapshotLocked()
-	s.mu.Unlock()
-	return s.write(snap, err)
+	return s.f.Update(func(d *stateData) { d.Uploads[key] = up })
 }
 
 // PutEarlyPart records that part n of the early upload for key was sent
@@ -153,30 +137,26 @@ func (s *State) ForgetSent(key string) error {
 
 // change applies fn to the upload recorded for key and saves the state.
 func (s *State) change(key string, fn func(*Upload)) error {
-	s.mu.Lock()
-	up, ok := s.data.Uploads[key]
-	if !ok {
-		s.mu.Unlock()
+	var found bool
+	err := s.f.Update(func(d *stateData) {
+		up, ok := d.Uploads[key]
+		if found = ok; ok {
+			fn(&up)
+			d.Uploads[key] = up
+		}
+	})
+	if !found {
 		return fmt.Errorf("update the upload of %s: no upload recorded", key)
 	}
-	fn(&up)
-	s.data.Uploads[key] = up
-	snap, err := s.snapshotLocked()
-	s.mu.Unlock()
-	return s.write(snap, err)
+	return err
 }
 
 // Remove forgets the upload for key and saves the state.
 func (s *State) Remove(key string) error {
-	s.mu.Lock()
-	if _, ok := s.data.Uploads[key]; !ok {
-		s.mu.Unlock()
+	if _, ok := s.Get(key); !ok {
 		return nil
 	}
-	delete(s.data.Uploads, key)
-	snap, err := s.snapshotLocked()
-	s.mu.Unlock()
-	return s.write(snap, err)
+	return s.f.Update(func(d *stateData) { delete(d.Uploads, key) })
 }
 
 // Finish records that key was written whole, replacing its upload entry,
@@ -189,92 +169,39 @@ func (s *State) Finish(key string, d DoneObject) error {
 // Note records that key was written whole without saving: the record goes
 // to disk with the next save, if any. For objects sent in one PUT, whose
 // re-sending after a crash costs less than a fsync and a rename per file.
-func (s *State) Note(key string, d DoneObject) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.data.Uploads, key)
-	s.data.Done[key] = d
+func (s *State) Note(key string, done DoneObject) {
+	s.f.Change(func(d *stateData) {
+		delete(d.Uploads, key)
+		d.Done[key] = done
+	})
 }
 
 // GetDone returns the record of an object written whole.
-func (s *State) GetDone(key string) (DoneObject, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, ok := s.data.Done[key]
-	return d, ok
+func (s *State) GetDone(key string) (done DoneObject, ok bool) {
+	s.f.View(func(d *stateData) { done, ok = d.Done[key] })
+	return done, ok
 }
 
 // Save writes the state even if nothing changed (so the attempt name is
 // kept before any object is written).
 func (s *State) Save() error {
-	s.mu.Lock()
-	snap, err := s.snapshotLocked()
-	s.mu.Unlock()
-	return s.write(snap, err)
+	return s.f.Save()
 }
 
 // Uploads returns a copy of the recorded uploads.
-func (s *State) Uploads() map[string]Upload {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]Upload, len(s.data.Uploads))
-	for k, v := range s.data.Uploads {
-		out[k] = v
-	}
+func (s *State) Uploads() (out map[string]Upload) {
+	s.f.View(func(d *stateData) { out = maps.Clone(d.Uploads) })
 	return out
 }
 
 // DoneObjects returns a copy of the records of objects written whole.
-func (s *State) DoneObjects() map[string]DoneObject {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]DoneObject, len(s.data.Done))
-	for k, v := range s.data.Done {
-		out[k] = v
-	}
+func (s *State) DoneObjects() (out map[string]DoneObject) {
+	s.f.View(func(d *stateData) { out = maps.Clone(d.Done) })
 	return out
 }
 
-// Delete removes the state file: the push it belonged to is finished.
+// Delete removes the state file: the push it belonged to is finished. A
+// save in flight finishes first and no later save writes the file again.
 func (s *State) Delete() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove upload state %s: %w", s.path, err)
-	}
-	return nil
-}
-
-// snapshot is one encoding of the state, numbered in the order taken.
-type snapshot struct {
-	seq uint64
-	raw []byte
-}
-
-// snapshotLocked encodes the state; s.mu is held.
-func (s *State) snapshotLocked() (snapshot, error) {
-	raw, err := json.Marshal(&s.data)
-	if err != nil {
-		return snapshot{}, fmt.Errorf("encode upload state: %w", err)
-	}
-	s.seq++
-	return snapshot{seq: s.seq, raw: raw}, nil
-}
-
-// write writes snap unless a newer snapshot is already on disk (it holds
-// every change snap holds).
-func (s *State) write(snap snapshot, err error) error {
-	if err != nil {
-		return err
-	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	if snap.seq <= s.written {
-		return nil
-	}
-	if err := atomicfile.WriteCached(s.path, snap.raw, 0o600); err != nil {
-		return fmt.Errorf("save upload state: %w", err)
-	}
-	s.written = snap.seq
-	return nil
+	return s.f.Delete()
 }
