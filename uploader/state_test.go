@@ -15,13 +15,13 @@ import (
 func TestStateConcurrentSaves(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "push.json")
 	newAttempt := func() string { return "a1" }
-	st, err := OpenState(path, "owner", newAttempt)
+	st, err := openResumeState(path, "owner", newAttempt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const files, parts = 4, 50
 	for f := range files {
-		if err := st.Put(fmt.Sprint("key", f), Upload{UploadID: fmt.Sprint("id", f), PartSize: 8 << 20, Early: true}); err != nil {
+		if err := st.Put(fmt.Sprint("key", f), pendingUpload{UploadID: fmt.Sprint("id", f), PartSize: 8 << 20, Early: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -29,14 +29,14 @@ func TestStateConcurrentSaves(t *testing.T) {
 	for f := range files {
 		for n := range parts {
 			wg.Go(func() {
-				if err := st.PutEarlyPart(fmt.Sprint("key", f), int32(n+1), fmt.Sprint("d", f, "-", n), SentPart{ETag: fmt.Sprint("e", n)}); err != nil {
+				if err := st.PutEarlyPart(fmt.Sprint("key", f), int32(n+1), fmt.Sprint("d", f, "-", n), sentPart{ETag: fmt.Sprint("e", n)}); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 	}
 	wg.Wait()
-	again, err := OpenState(path, "owner", newAttempt)
+	again, err := openResumeState(path, "owner", newAttempt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,11 @@ func TestStateConcurrentSaves(t *testing.T) {
 func TestStateDeleteRacingSave(t *testing.T) {
 	for i := range 50 {
 		path := filepath.Join(t.TempDir(), "push.json")
-		st, err := OpenState(path, "owner", func() string { return "a1" })
+		st, err := openResumeState(path, "owner", func() string { return "a1" })
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Put("key", Upload{UploadID: "id", PartSize: 8 << 20}); err != nil {
+		if err := st.Put("key", pendingUpload{UploadID: "id", PartSize: 8 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup

@@ -84,9 +84,9 @@ type Options struct {
 	// (default DefaultInFlightParts x PartSize): a request takes its body's
 	// size, at least minRequestWeight and at most the whole budget.
 	InFlightBytes int64
-	// State records multipart uploads in flight so that a killed upload
-	// resumes; nil disables resuming.
-	State *State
+	// state records multipart uploads in flight so that a killed upload
+	// resumes; nil disables resuming. Set by Destination.Push.
+	state *resumeState
 	// Limiter, when set, caps the rate at which request bodies are read,
 	// shared by all requests (the --bandwidth flag).
 	Limiter *ratelimit.Limiter
@@ -198,10 +198,10 @@ func (u *Uploader) Stats() Stats {
 	}
 }
 
-// PartSizeFor returns the part size used for an object of size bytes: the
+// objectPartSize returns the part size used for an object of size bytes: the
 // requested size, raised to a whole MiB so that at most store.MaxParts parts
 // are needed, and clamped to the store's limits.
-func PartSizeFor(size, requested int64) int64 {
+func objectPartSize(size, requested int64) int64 {
 	ps := requested
 	if ps < store.MinPartSize {
 		ps = store.MinPartSize
@@ -225,8 +225,8 @@ func (u *Uploader) singlePutLimit() int64 {
 
 // Upload uploads files concurrently and returns one manifest entry per file,
 // in the order given. On error nothing is committed by the caller, and
-// multipart uploads stay recorded in State so that a later Upload resumes
-// them.
+// multipart uploads stay recorded in the resume state so that a later Upload
+// resumes them.
 func (u *Uploader) Upload(ctx context.Context, files []File) ([]manifest.File, error) {
 	out := make([]manifest.File, len(files))
 	whole := make([]int, len(files))
