@@ -359,7 +359,7 @@ func TestAgentNeverDeletesWithoutKeepLocal(t *testing.T) {
 
 func TestAgentStepDeletedMidUpload(t *testing.T) {
 	h := startAgent(t, func(o *Options) {
-		o.Upload.Limiter = ratelimit.New(4 << 20) // 4 MiB/s: the 24 MiB step takes ~6 s
+		o.Store = ratelimit.Uploads(o.Store, ratelimit.New(4<<20)) // 4 MiB/s: the 24 MiB step takes ~6 s
 		o.Detect.ExpectedRanks = 1
 	})
 	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 24 << 20, Seed: 9}
@@ -397,7 +397,7 @@ func TestAgentStepDeletedMidUpload(t *testing.T) {
 
 func TestAgentFlushTimesOutListingSteps(t *testing.T) {
 	h := startAgent(t, func(o *Options) {
-		o.Upload.Limiter = ratelimit.New(2 << 20)
+		o.Store = ratelimit.Uploads(o.Store, ratelimit.New(2<<20))
 		o.Detect.ExpectedRanks = 1
 	})
 	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 40 << 20, Seed: 2}

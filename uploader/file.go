@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/pagecache"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -191,7 +190,7 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 		return "", err
 	}
 	if err := u.sendHeld(ctx, stamp.Size, func() error {
-		_, err := u.opts.Store.Put(ctx, f.Key, u.body(ctx, fh, 0, stamp.Size), stamp.Size,
+		_, err := u.opts.Store.Put(ctx, f.Key, io.NewSectionReader(fh, 0, stamp.Size), stamp.Size,
 			store.PutOptions{CRC32C: store.EncodeCRC32C(crc)})
 		return err
 	}); err != nil {
@@ -201,16 +200,6 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 		return "", err
 	}
 	return pre.blake3, nil
-}
-
-// body returns the request body for n bytes of fh from off, paced by the
-// bandwidth limiter when there is one.
-func (u *Uploader) body(ctx context.Context, fh *os.File, off, n int64) io.ReadSeeker {
-	r := io.NewSectionReader(fh, off, n)
-	if u.opts.Limiter == nil {
-		return r
-	}
-	return &ratelimit.Reader{R: r, L: u.opts.Limiter, Ctx: ctx}
 }
 
 // sendHeld runs one request in the concurrency slot the caller acquired,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
@@ -197,7 +198,7 @@ func (ph *partHashes) sum() (string, error) {
 func (u *Uploader) sendPart(ctx context.Context, fh *os.File, f File, uploadID string, n int32, off, size int64, sum string) (store.Part, error) {
 	var part store.Part
 	err := u.sendHeld(ctx, size, func() error {
-		p, err := u.opts.Store.UploadPart(ctx, f.Key, uploadID, n, u.body(ctx, fh, off, size), size, sum)
+		p, err := u.opts.Store.UploadPart(ctx, f.Key, uploadID, n, io.NewSectionReader(fh, off, size), size, sum)
 		if err != nil {
 			return err
 		}

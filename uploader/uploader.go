@@ -37,7 +37,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferrylabs/ferry/internal/confine"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -87,9 +86,6 @@ type Options struct {
 	// state records multipart uploads in flight so that a killed upload
 	// resumes; nil disables resuming. Set by Destination.Push.
 	state *resumeState
-	// Limiter, when set, caps the rate at which request bodies are read,
-	// shared by all requests (the --bandwidth flag).
-	Limiter *ratelimit.Limiter
 	// DropCache leaves the page cache as the upload found it: pages of a
 	// file that were not cached before it was read are dropped once it is
 	// sent (the agent: uploading 100 GB must not evict the trainer's data

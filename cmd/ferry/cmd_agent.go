@@ -238,15 +238,15 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// One cap for everything the agent sends: uploads and peers served.
+	// One cap for everything the agent sends: uploads (the store paces
+	// the bodies it sends) and peers served.
 	limiter := ratelimit.New(o.bandwidth)
 	a, err := agent.New(agent.Options{
-		Store: st, Prefix: loc.Prefix, URL: loc.String(),
-		Detect:     o.detectOptions(),
-		WhenBehind: o.whenBehind,
-		Pipeline:   o.pipeline,
-		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: limiter,
-			DropCache: true, NoPack: o.noPack},
+		Store: ratelimit.Uploads(st, limiter), Prefix: loc.Prefix, URL: loc.String(),
+		Detect:       o.detectOptions(),
+		WhenBehind:   o.whenBehind,
+		Pipeline:     o.pipeline,
+		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, DropCache: true, NoPack: o.noPack},
 		StateDir:     stateDir,
 		AllowEmpty:   o.allowEmpty,
 		MetricsAddr:  ms.addr(),
@@ -265,6 +265,8 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 		return err
 	}
 	if o.servePeers != "" {
+		// The bucket's own store: the peers' key is derived from its
+		// credentials, and serving reads, which the cap leaves alone.
 		seed, err := startSeed(ctx, o, st, loc, a, limiter, log)
 		if err != nil {
 			ms.close()

@@ -144,8 +144,9 @@ func runCopy(ctx context.Context, o copyOptions, stdout, stderr io.Writer) error
 		return fmt.Errorf("copy %s: %w", floc, err)
 	}
 	slices.Sort(steps) // oldest first: each step deduplicates against the one before
-	opts := copier.Options{From: from, To: to, FromPrefix: floc.Prefix, ToPrefix: tloc.Prefix,
-		Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), Logger: log}
+	// --bandwidth caps what copy reads from the source.
+	opts := copier.Options{From: ratelimit.Downloads(from, ratelimit.New(o.bandwidth)), To: to, FromPrefix: floc.Prefix,
+		ToPrefix: tloc.Prefix, Concurrency: o.concurrency, Logger: log}
 	var out []copyStepJSON
 	for _, step := range steps {
 		res, err := copier.CopyStep(ctx, opts, step)

@@ -124,8 +124,9 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	reps, err := verify.Verify(ctx, verify.Options{Store: st, Prefix: loc.Prefix, Steps: steps, ReadShare: o.share,
-		Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), Logger: log})
+	// --bandwidth caps what verify reads (ratelimit.Downloads).
+	reps, err := verify.Verify(ctx, verify.Options{Store: ratelimit.Downloads(st, ratelimit.New(o.bandwidth)), Prefix: loc.Prefix,
+		Steps: steps, ReadShare: o.share, Concurrency: o.concurrency, Logger: log})
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", loc, err)
 	}
