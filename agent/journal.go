@@ -1,13 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/detect"
@@ -135,7 +135,7 @@ func (j *journal) add(e committedEntry) error {
 			}
 		}
 		out = append(out, e)
-		sort.Slice(out, func(a, b int) bool { return out[a].Step < out[b].Step })
+		slices.SortFunc(out, func(a, b committedEntry) int { return cmp.Compare(a.Step, b.Step) })
 		if len(out) > maxJournalSteps {
 			out = out[len(out)-maxJournalSteps:]
 		}
