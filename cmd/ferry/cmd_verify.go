@@ -48,7 +48,7 @@ func newVerifyCommand() *cli.Command {
 				exit2, "3 nothing is committed at --from, or --step N is not committed"},
 		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
+			fromFlag(),
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "check this step (default: the latest committed)"},
 			&cli.IntFlag{Name: "last", Usage: "check the newest `N` committed steps"},
 			&cli.BoolFlag{Name: "all", Usage: "check every committed step"},
