@@ -49,7 +49,7 @@ test: tools
 ## test-r2: the integration suites again, through a proxy that refuses what
 ## Cloudflare R2 refuses (internal/s3proxy), so R2 compatibility is tested
 ## without R2. The test binary fails if the proxy refused any request.
-R2_SUITES := ./cmd/ferry/ ./internal/s3store/ ./internal/s3test/ ./uploader/ ./restore/ ./agent/ ./verify/ ./copier/ ./peer/
+R2_SUITES := ./cmd/ferry/ ./internal/s3store/ ./internal/s3test/ ./uploader/ ./restore/ ./agent/ ./internal/verify/ ./internal/copier/ ./internal/peer/
 test-r2: tools
 	FERRY_S3TEST_R2RULES=1 FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) $(R2_SUITES)
 

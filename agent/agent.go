@@ -11,6 +11,10 @@
 // journal of committed steps. After SIGKILL the watcher's start-up scan
 // finds the steps again, committed ones are skipped, and unfinished uploads
 // resume where they stopped.
+//
+// This package is ferry's implementation, used by cmd/ferry and ferry's
+// other packages. It is importable, but its API carries no stability
+// promise; the supported public API is package manifest (the remote format).
 package agent
 
 import (
@@ -28,8 +32,8 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/uploader"
 )
 

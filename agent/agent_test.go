@@ -17,11 +17,11 @@ import (
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -367,7 +367,7 @@ func TestAgentNeverDeletesWithoutKeepLocal(t *testing.T) {
 
 func TestAgentStepDeletedMidUpload(t *testing.T) {
 	h := startAgent(t, func(o *Options) {
-		o.Upload.Limiter = ratelimit.New(4 << 20) // 4 MiB/s: the 24 MiB step takes ~6 s
+		o.Store = ratelimit.Uploads(o.Store, ratelimit.New(4<<20)) // 4 MiB/s: the 24 MiB step takes ~6 s
 		o.Detect.ExpectedRanks = 1
 	})
 	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 24 << 20, Seed: 9}
@@ -405,7 +405,7 @@ func TestAgentStepDeletedMidUpload(t *testing.T) {
 
 func TestAgentFlushTimesOutListingSteps(t *testing.T) {
 	h := startAgent(t, func(o *Options) {
-		o.Upload.Limiter = ratelimit.New(2 << 20)
+		o.Store = ratelimit.Uploads(o.Store, ratelimit.New(2<<20))
 		o.Detect.ExpectedRanks = 1
 	})
 	sim := trainsim.Options{Dir: h.watch, Ranks: 1, FileSize: 40 << 20, Seed: 2}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/manifest/remote"
+	"github.com/ferrylabs/ferry/internal/remote"
 )
 
 // The trainer's word: a step the layout would never complete (a tree auto

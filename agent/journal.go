@@ -1,18 +1,17 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/detect"
-	"github.com/ferrylabs/ferry/internal/atomicfile"
+	"github.com/ferrylabs/ferry/internal/statefile"
 )
 
 // maxJournalSteps bounds the journal; older committed steps are forgotten
@@ -30,14 +29,11 @@ const maxRemovedSteps = 256
 // journal is the agent's record of committed steps, kept in the state dir,
 // so that after a restart (SIGKILL included) no committed step is uploaded
 // again, and --keep-local knows which local files are durable. Uploads in
-// flight are recorded by the uploader's own per-step state files.
+// flight are recorded by the uploader's own per-step state files. It is
+// mirrored by internal/statefile, durably: readers (status, the watcher)
+// never wait on a fsync, and a change is on disk when its save returns.
 type journal struct {
-	path string
-	// saveMu orders saves and is held across the disk write; mu guards
-	// data only, so readers (status, the watcher) never wait on a fsync.
-	saveMu sync.Mutex
-	mu     sync.Mutex
-	data   journalData
+	f *statefile.File[journalData]
 }
 
 type journalData struct {
@@ -71,45 +67,44 @@ type localFile struct {
 }
 
 func openJournal(stateDir string) (*journal, error) {
-	j := &journal{path: filepath.Join(stateDir, "journal.json")}
-	raw, err := os.ReadFile(j.path)
+	path := filepath.Join(stateDir, "journal.json")
+	data := journalData{Version: 1}
+	raw, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		j.data.Version = 1
-		return j, nil
 	case err != nil:
 		return nil, fmt.Errorf("read journal: %w", err)
+	default:
+		data = journalData{}
+		if err := json.Unmarshal(raw, &data); err != nil || data.Version != 1 {
+			return nil, fmt.Errorf("journal %s is damaged (%v); move it away to start over (committed steps are found in the bucket again)", path, err)
+		}
 	}
-	if err := json.Unmarshal(raw, &j.data); err != nil || j.data.Version != 1 {
-		return nil, fmt.Errorf("journal %s is damaged (%v); move it away to start over (committed steps are found in the bucket again)", j.path, err)
-	}
-	return j, nil
+	return &journal{f: statefile.New(path, "journal", data, true)}, nil
 }
 
 // get returns the entry of a committed step.
-func (j *journal) get(step int64) (committedEntry, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, e := range j.data.Committed {
-		if e.Step == step {
-			return e, true
+func (j *journal) get(step int64) (entry committedEntry, ok bool) {
+	j.f.View(func(d *journalData) {
+		i := slices.IndexFunc(d.Committed, func(e committedEntry) bool { return e.Step == step })
+		if ok = i >= 0; ok {
+			entry = d.Committed[i]
 		}
-	}
-	return committedEntry{}, false
+	})
+	return entry, ok
 }
 
 // findContent returns the committed step whose root and files (path, size,
 // mtime) are exactly root and files: how a step numbered by a counter,
 // whose number is not stable across restarts, is recognised.
-func (j *journal) findContent(root string, files []localFile) (int64, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, e := range j.data.Committed {
-		if e.Root == root && sameLocalFiles(e.Files, files) {
-			return e.Step, true
+func (j *journal) findContent(root string, files []localFile) (step int64, ok bool) {
+	j.f.View(func(d *journalData) {
+		i := slices.IndexFunc(d.Committed, func(e committedEntry) bool { return e.Root == root && sameLocalFiles(e.Files, files) })
+		if ok = i >= 0; ok {
+			step = d.Committed[i].Step
 		}
-	}
-	return 0, false
+	})
+	return step, ok
 }
 
 // sameLocalFiles compares paths, sizes and mtimes: a file's identity
@@ -140,7 +135,7 @@ func (j *journal) add(e committedEntry) error {
 			}
 		}
 		out = append(out, e)
-		sort.Slice(out, func(a, b int) bool { return out[a].Step < out[b].Step })
+		slices.SortFunc(out, func(a, b committedEntry) int { return cmp.Compare(a.Step, b.Step) })
 		if len(out) > maxJournalSteps {
 			out = out[len(out)-maxJournalSteps:]
 		}
@@ -149,10 +144,9 @@ func (j *journal) add(e committedEntry) error {
 }
 
 // entries returns a copy of the committed entries, oldest first.
-func (j *journal) entries() []committedEntry {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]committedEntry(nil), j.data.Committed...)
+func (j *journal) entries() (out []committedEntry) {
+	j.f.View(func(d *journalData) { out = slices.Clone(d.Committed) })
+	return out
 }
 
 // markCommitted clears Pending once the step's manifest was seen.
@@ -191,20 +185,8 @@ func (j *journal) markRemoved(step int64) error {
 	})
 }
 
-// update applies fn to the journal and saves it. Saves are ordered by
-// saveMu; mu is released before the write and fsync.
+// update applies fn to the journal and saves it; it returns once the change
+// is on disk.
 func (j *journal) update(fn func(*journalData)) error {
-	j.saveMu.Lock()
-	defer j.saveMu.Unlock()
-	j.mu.Lock()
-	fn(&j.data)
-	raw, err := json.Marshal(&j.data)
-	j.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("encode journal: %w", err)
-	}
-	if err := atomicfile.Write(j.path, raw, 0o600); err != nil {
-		return fmt.Errorf("save journal: %w", err)
-	}
-	return nil
+	return j.f.Update(fn)
 }

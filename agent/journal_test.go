@@ -28,7 +28,7 @@ func TestJournalForgetsOldRemovedSteps(t *testing.T) {
 			}
 		}
 		if s%maxRemovedSteps == 0 {
-			info, err := os.Stat(j.path)
+			info, err := os.Stat(j.f.Path())
 			if err != nil {
 				t.Fatal(err)
 			}

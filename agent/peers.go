@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/ferrylabs/ferry/internal/confine"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/restore"
+	"github.com/ferrylabs/ferry/internal/heldfile"
+	"github.com/ferrylabs/ferry/internal/remote"
 )
 
 // Holdings says which files of committed step the agent can serve to a
@@ -21,7 +21,7 @@ import (
 // it did not commit, removed (--keep-local), or that is only partly this
 // node's (a multi-node step whose manifest it has not seen). The restoring
 // node checks every byte against the manifest regardless.
-func (a *Agent) Holdings(ctx context.Context, step int64) (string, []restore.HeldFile, error) {
+func (a *Agent) Holdings(ctx context.Context, step int64) (string, []heldfile.File, error) {
 	e, ok := a.journal.get(step)
 	if !ok || e.Removed || e.Pending {
 		return "", nil, nil
@@ -39,7 +39,7 @@ func (a *Agent) Holdings(ctx context.Context, step int64) (string, []restore.Hel
 		return "", nil, err
 	}
 	defer root.Close()
-	var held []restore.HeldFile
+	var held []heldfile.File
 	for _, f := range m.Files {
 		lf, ok := local[f.Path]
 		if !ok || lf.Size != f.Size {
@@ -49,7 +49,7 @@ func (a *Agent) Holdings(ctx context.Context, step int64) (string, []restore.Hel
 		if err != nil || !committedFile(lf, st) || st.Nlink > 1 {
 			continue
 		}
-		held = append(held, restore.HeldFile{File: f, Path: filepath.FromSlash(f.Path), ModTime: lf.ModTime})
+		held = append(held, heldfile.File{File: f, Path: filepath.FromSlash(f.Path), ModTime: lf.ModTime})
 	}
 	return a.opts.Detect.Dir, held, nil
 }

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/peer"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/peer"
 	"github.com/ferrylabs/ferry/restore"
 )
 

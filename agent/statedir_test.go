@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // A flat layout without a step pattern numbers steps by a counter, which

@@ -9,8 +9,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent/control"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/prune"
+	"github.com/ferrylabs/ferry/internal/prune"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/uploader"
 )
 

@@ -20,7 +20,10 @@
 // encoding and validation, the key layout, part manifests and their merge,
 // and the shard documents of a sharded manifest. The protocol that writes
 // and reads them in a bucket (create-only commit, revisions, node parts and
-// the merge claim, listing history) is package manifest/remote.
+// the merge claim, listing history) is package internal/remote.
+//
+// It is ferry's supported public API: an outside program may read and check
+// what ferry writes with it.
 package manifest
 
 import (

@@ -9,7 +9,7 @@ import (
 
 // The object store's limits on one object, as the format checks a file's
 // part_size against them: S3's and R2's. internal/store states the same
-// numbers for the stores, and manifest/remote does not compile if the two
+// numbers for the stores, and internal/remote does not compile if the two
 // ever differ.
 const (
 	// MaxSinglePut is the largest object ferry writes with one PUT:

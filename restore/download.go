@@ -19,6 +19,16 @@ import (
 // was committed, which downloading again will not fix.
 var ErrHashMismatch = errors.New("BLAKE3 mismatch")
 
+// Distruster is a store whose bytes may come from somewhere less trusted
+// than the bucket: the store Options.Peers returns (internal/peer), which
+// serves ranges from other nodes. A restore that finds a file's bytes
+// failing the manifest's BLAKE3 calls Distrust with the file's key before
+// fetching it once more; from then on the store reads key from the bucket
+// alone and stops trusting whoever sent those bytes.
+type Distruster interface {
+	Distrust(key string)
+}
+
 // restoreFile keeps a correct existing copy of one file or downloads it,
 // once more after a hash mismatch (a byte flipped in transit should not fail
 // a long restore), then fails.
@@ -38,7 +48,7 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 		if attempt > 1 || !errors.Is(err, ErrHashMismatch) || ctx.Err() != nil {
 			return err
 		}
-		if d, ok := r.store.(interface{ Distrust(key string) }); ok {
+		if d, ok := r.store.(Distruster); ok {
 			d.Distrust(job.file.Key)
 		}
 		r.log.Warn("downloading file again", zap.String("path", job.file.Path), zap.Error(err))

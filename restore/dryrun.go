@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"github.com/ferrylabs/ferry/internal/heldfile"
 	"github.com/ferrylabs/ferry/manifest"
 	"os"
 	"path/filepath"
@@ -29,13 +30,13 @@ type Plan struct {
 // manifest's size, in plan order (those the restore will download), and
 // those that are, for the peers: packed files are left out of both, as
 // they are always read from the bucket.
-func (p *plan) split() (fetch []manifest.File, held []HeldFile) {
+func (p *plan) split() (fetch []manifest.File, held []heldfile.File) {
 	for _, j := range p.files {
 		switch {
 		case j.file.Packed():
 			// read from the bucket, never from peers
 		case p.inPlace(&j):
-			held = append(held, HeldFile{File: j.file, Path: j.rel})
+			held = append(held, heldfile.File{File: j.file, Path: j.rel})
 		default:
 			fetch = append(fetch, j.file)
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // find reads the manifest asked for. The decoder has validated it. With

@@ -17,9 +17,9 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 const testPrefix = "team/run1"

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -25,29 +25,31 @@ import (
 func commitPacked(t testing.TB, st store.Store, step int64, files []tfile, packOf []int) *manifest.Manifest {
 	t.Helper()
 	ctx := context.Background()
-	m := &manifest.Manifest{Format: manifest.FormatVersion, Step: step, Created: time.Now().UTC()}
-	packs := map[int]*bytes.Buffer{}
+	m := &manifest.Manifest{Format: manifest.FormatVersion, Step: step, Created: time.Now().UTC(), Files: make([]manifest.File, len(files))}
+	members := map[int][]int{} // by pack, the indexes of its files in order
 	for i, f := range files {
-		e := manifest.File{Path: f.path, Size: int64(len(f.data)), BLAKE3: b3(f.data), Rank: f.rank}
 		if p := packOf[i]; p >= 0 {
-			if packs[p] == nil {
-				packs[p] = &bytes.Buffer{}
-			}
-			e.Key, e.Offset = manifest.PackKey(testPrefix, step, "a1", fmt.Sprint(p)), int64(packs[p].Len())
-			packs[p].Write(f.data)
-		} else {
-			e.Key = manifest.DataKey(testPrefix, step, "a1", f.path)
-			overwrite(t, st, e.Key, f.data)
+			members[p] = append(members[p], i)
+			continue
 		}
-		m.Files = append(m.Files, e)
+		key := manifest.DataKey(testPrefix, step, "a1", f.path)
+		m.Files[i] = steptest.Entry(key, steptest.File{Path: f.path, Data: f.data})
+		overwrite(t, st, key, f.data)
+	}
+	for p, idx := range members {
+		key := manifest.PackKey(testPrefix, step, "a1", fmt.Sprint(p))
+		in := make([]steptest.File, len(idx))
+		for j, i := range idx {
+			in[j] = steptest.File{Path: files[i].path, Data: files[i].data}
+		}
+		entries, pack := steptest.Pack(key, 0, in...)
+		for j, i := range idx {
+			m.Files[i] = entries[j]
+		}
+		overwrite(t, st, key, pack)
 	}
 	for i := range m.Files {
-		if p := packOf[i]; p >= 0 {
-			m.Files[i].PackSize = int64(packs[p].Len())
-		}
-	}
-	for p, b := range packs {
-		overwrite(t, st, manifest.PackKey(testPrefix, step, "a1", fmt.Sprint(p)), b.Bytes())
+		m.Files[i].Rank = files[i].rank
 	}
 	c, _, err := remote.Commit(ctx, st, testPrefix, m)
 	if err != nil {

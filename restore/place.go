@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -282,11 +283,7 @@ func (r *restorer) syncAllDirs(ctx context.Context) error {
 	if !r.opts.Fsync {
 		return nil
 	}
-	dirs := make([]string, 0, len(r.syncDirs))
-	for d := range r.syncDirs {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
+	dirs := slices.Sorted(maps.Keys(r.syncDirs))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.opts.Concurrency)
 	for _, d := range dirs {

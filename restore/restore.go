@@ -24,6 +24,10 @@
 //
 // One restore at a time per target directory: a restore removes temp files
 // left by an earlier, interrupted one, which would break a concurrent one.
+//
+// This package is ferry's implementation, used by cmd/ferry and ferry's
+// other packages. It is importable, but its API carries no stability
+// promise; the supported public API is package manifest (the remote format).
 package restore
 
 import (
@@ -35,6 +39,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
+	"github.com/ferrylabs/ferry/internal/heldfile"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -139,8 +144,8 @@ type Options struct {
 	// returns the store their bytes are read from: a cooperative source
 	// (peer.Node.Join) that takes ranges from other nodes restoring the
 	// same step. Every file is verified against its BLAKE3 as always;
-	// after a mismatch the source is told (a Distrust(key string) method,
-	// if it has one) before the file is fetched again.
+	// after a mismatch the source is told, if it is a Distruster, before
+	// the file is fetched again.
 	Peers func(ctx context.Context, req PeerRequest) (store.Store, error)
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
@@ -165,19 +170,9 @@ type PeerRequest struct {
 	// Held are the files already in place with the manifest's size, which
 	// the restore re-verifies and keeps (or fetches, if their bytes
 	// differ).
-	Held []HeldFile
+	Held []heldfile.File
 	// Dir is the target directory, absolute.
 	Dir string
-}
-
-// HeldFile is a file of the manifest already in the target directory.
-type HeldFile struct {
-	File manifest.File
-	// Path is where it is, relative to the target directory.
-	Path string
-	// ModTime, when not 0, is the modification time (Unix nanoseconds)
-	// the file must still have to be served: the agent's, as committed.
-	ModTime int64
 }
 
 // Result describes a finished restore.

@@ -65,7 +65,7 @@ func (d Destination) Abandon(ctx context.Context, step int64) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	state, err := OpenState(path, owner, func() string { return "" })
+	state, err := openResumeState(path, owner, func() string { return "" })
 	if err != nil {
 		return fmt.Errorf("abandon step %d: %w", step, err)
 	}

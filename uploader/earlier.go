@@ -11,8 +11,8 @@ import (
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // findCommitted returns the step's manifest if it is committed, else the

@@ -27,7 +27,7 @@ const earlyPoll = 50 * time.Millisecond
 // R2's 5 MiB minimum.
 const minEarlyPart = 8 << 20
 
-// EarlyPartSize is the part size of an upload begun while its file is
+// earlyPartSize is the part size of an upload begun while its file is
 // written, for the part size partSize: a quarter of it, at least 8 MiB and
 // at most partSize. What is left to send once the trainer closes the file
 // is at most one such part and the ones still in flight, so a quarter
@@ -35,7 +35,7 @@ const minEarlyPart = 8 << 20
 // connection instead of 1.3 s. A file can grow to store.MaxParts of them
 // (156 GiB at the default); one that grows past that is sent again with
 // its own part size at the push.
-func EarlyPartSize(partSize int64) int64 {
+func earlyPartSize(partSize int64) int64 {
 	return min(max(partSize/4, minEarlyPart), partSize)
 }
 
@@ -59,7 +59,7 @@ type EarlyStats struct {
 // size) are touched, only whole parts below the file's current size are
 // sent, each on its own request as soon as it is written, and only when the
 // part size is a power of two (a complete BLAKE3 subtree) and a state dir
-// is set. Parts are EarlyPartSize of the part size. While parts are in
+// is set. Parts are earlyPartSize of the part size. While parts are in
 // flight the call watches the sizes of the step's files (of its larger
 // ones in a step of more than maxEarlyWatched files) and sends each new
 // whole part; it returns once none is in flight. stop is asked before each
@@ -72,7 +72,7 @@ func (d Destination) SendEarly(ctx context.Context, s step.Step, o PushOptions, 
 	if partSize <= 0 {
 		partSize = DefaultPartSize
 	}
-	ePart := EarlyPartSize(partSize)
+	ePart := earlyPartSize(partSize)
 	if p.StateDir == "" || blake3tree.RangeSize(ePart) != ePart || manifest.CheckStep(p.Step) != nil {
 		return EarlyStats{}, nil
 	}
@@ -134,7 +134,7 @@ func earlyCandidates(files []step.File, threshold int64) []step.File {
 type early struct {
 	u            *Uploader
 	dir          *confine.Dir // the step's files are read beneath it
-	state        *State
+	state        *resumeState
 	partSize     int64
 	threshold    int64
 	stop         func() bool
@@ -206,7 +206,7 @@ type earlyFile struct {
 	key  string
 	g    *errgroup.Group
 	h    *blake3tree.Range
-	up   Upload
+	up   pendingUpload
 	fh   *os.File
 	next int32
 	done bool // nothing more to send by this call
@@ -308,20 +308,20 @@ func (ef *earlyFile) close() {
 
 // upload returns the early upload recorded for key, starting one if there
 // is none; an empty UploadID when another kind of upload owns the key.
-func (e *early) upload(ctx context.Context, key string) (Upload, error) {
+func (e *early) upload(ctx context.Context, key string) (pendingUpload, error) {
 	if up, ok := e.state.Get(key); ok {
 		if !up.Early || up.PartSize != e.partSize {
-			return Upload{}, nil
+			return pendingUpload{}, nil
 		}
 		return up, nil
 	}
 	id, err := e.u.opts.Store.CreateMultipart(ctx, key)
 	if err != nil {
-		return Upload{}, fmt.Errorf("send early: create multipart upload: %w", err)
+		return pendingUpload{}, fmt.Errorf("send early: create multipart upload: %w", err)
 	}
-	up := Upload{UploadID: id, PartSize: e.partSize, Early: true}
+	up := pendingUpload{UploadID: id, PartSize: e.partSize, Early: true}
 	if err := e.state.Put(key, up); err != nil {
-		return Upload{}, fmt.Errorf("send early: %w", err)
+		return pendingUpload{}, fmt.Errorf("send early: %w", err)
 	}
 	return up, nil
 }
@@ -357,7 +357,7 @@ func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, upl
 	}
 	e.parts.Add(1)
 	e.bytes.Add(e.partSize)
-	if err := e.state.PutEarlyPart(key, n, digest, SentPart{ETag: p.ETag, CRC32C: sum}); err != nil {
+	if err := e.state.PutEarlyPart(key, n, digest, sentPart{ETag: p.ETag, CRC32C: sum}); err != nil {
 		return fmt.Errorf("send early: %w", err)
 	}
 	return nil
@@ -367,22 +367,22 @@ func (e *early) sendPart(ctx context.Context, fh *os.File, f step.File, key, upl
 // was written: then the rest is sent without comparing the file with the
 // previous step's first (it is new, or its bytes are mostly on the server).
 func (u *Uploader) sentEarly(key string) bool {
-	if u.opts.State == nil {
+	if u.opts.state == nil {
 		return false
 	}
-	up, ok := u.opts.State.Get(key)
+	up, ok := u.opts.state.Get(key)
 	return ok && up.Early
 }
 
 // abortEarly aborts the upload begun while the file at key was written,
 // for a file that ended up small enough for one PUT.
 func (u *Uploader) abortEarly(ctx context.Context, key string) {
-	if u.opts.State == nil {
+	if u.opts.state == nil {
 		return
 	}
-	if up, ok := u.opts.State.Get(key); ok && up.Early {
+	if up, ok := u.opts.state.Get(key); ok && up.Early {
 		abortUnused(ctx, u.opts.Store, key, up.UploadID, u.opts.Logger)
-		if err := u.opts.State.Remove(key); err != nil {
+		if err := u.opts.state.Remove(key); err != nil {
 			u.opts.Logger.Warn("could not update the upload state", zap.Error(err))
 		}
 	}

@@ -134,8 +134,8 @@ func TestEarlyPartSize(t *testing.T) {
 	for _, c := range []struct{ part, want int64 }{
 		{64 << 20, 16 << 20}, {128 << 20, 32 << 20}, {32 << 20, 8 << 20}, {16 << 20, 8 << 20}, {8 << 20, 8 << 20}, {6 << 20, 6 << 20},
 	} {
-		if got := EarlyPartSize(c.part); got != c.want {
-			t.Errorf("EarlyPartSize(%d MiB) = %d MiB, want %d MiB", c.part>>20, got>>20, c.want>>20)
+		if got := earlyPartSize(c.part); got != c.want {
+			t.Errorf("earlyPartSize(%d MiB) = %d MiB, want %d MiB", c.part>>20, got>>20, c.want>>20)
 		}
 	}
 }
@@ -211,7 +211,7 @@ func TestEarlyRecordedPartsRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				up.Sent[1] = SentPart{ETag: `"0123456789abcdef0123456789abcdef"`, CRC32C: up.Sent[1].CRC32C}
+				up.Sent[1] = sentPart{ETag: `"0123456789abcdef0123456789abcdef"`, CRC32C: up.Sent[1].CRC32C}
 				if err := state.Put(key, up); err != nil {
 					t.Fatal(err)
 				}
@@ -230,7 +230,7 @@ func TestEarlyRecordedPartsRefused(t *testing.T) {
 }
 
 // onlyUpload returns the one upload a state records.
-func onlyUpload(t *testing.T, state *State) (string, Upload) {
+func onlyUpload(t *testing.T, state *resumeState) (string, pendingUpload) {
 	t.Helper()
 	ups := state.Uploads()
 	if len(ups) != 1 {

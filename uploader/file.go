@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/pagecache"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -74,8 +73,8 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 		return manifest.File{}, err
 	}
 	u.stats.objects.Add(1)
-	if st := u.opts.State; st != nil {
-		done := DoneObject{Stamp: stamp, BLAKE3: mf.BLAKE3, PartSize: mf.PartSize}
+	if st := u.opts.state; st != nil {
+		done := doneObject{Stamp: stamp, BLAKE3: mf.BLAKE3, PartSize: mf.PartSize}
 		if mf.PartSize == 0 {
 			// One PUT: no save of the state per file (a fsync and a
 			// rename each); after a crash the file is sent again.
@@ -100,15 +99,15 @@ func (u *Uploader) deduplicated(f File, size int64) {
 // partSizeFor returns the part size of the file at key, of size bytes, sent
 // in parts: that of the upload begun while it was written (SendEarly) when
 // the file fits in store.MaxParts of them, so that its parts are kept, else
-// PartSizeFor's.
+// objectPartSize's.
 func (u *Uploader) partSizeFor(key string, size int64) int64 {
-	if u.opts.State != nil {
-		if up, ok := u.opts.State.Get(key); ok && up.Early && up.PartSize >= store.MinPartSize &&
+	if u.opts.state != nil {
+		if up, ok := u.opts.state.Get(key); ok && up.Early && up.PartSize >= store.MinPartSize &&
 			(size+up.PartSize-1)/up.PartSize <= store.MaxParts {
 			return up.PartSize
 		}
 	}
-	return PartSizeFor(size, u.opts.PartSize)
+	return objectPartSize(size, u.opts.PartSize)
 }
 
 // leaveCache records which pages of fh are cached and returns the function
@@ -127,19 +126,20 @@ func (u *Uploader) leaveCache(fh *os.File, size int64) func() {
 	}
 }
 
-// alreadyDone reports whether State records f as already written whole, for
-// this exact file content, and the object is still there with its size.
-func (u *Uploader) alreadyDone(ctx context.Context, f File, stamp fileStamp) (DoneObject, bool) {
-	if u.opts.State == nil {
-		return DoneObject{}, false
+// alreadyDone reports whether the resume state records f as already written
+// whole, for this exact file content, and the object is still there with its
+// size.
+func (u *Uploader) alreadyDone(ctx context.Context, f File, stamp fileStamp) (doneObject, bool) {
+	if u.opts.state == nil {
+		return doneObject{}, false
 	}
-	done, ok := u.opts.State.GetDone(f.Key)
+	done, ok := u.opts.state.GetDone(f.Key)
 	if !ok || done.Stamp != stamp {
-		return DoneObject{}, false
+		return doneObject{}, false
 	}
 	info, err := u.opts.Store.Head(ctx, f.Key)
 	if err != nil || info.Size != stamp.Size {
-		return DoneObject{}, false
+		return doneObject{}, false
 	}
 	u.opts.Logger.Debug("object already uploaded by an earlier run", zap.String("file", f.RelPath))
 	return done, true
@@ -190,7 +190,7 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 		return "", err
 	}
 	if err := u.sendHeld(ctx, stamp.Size, func() error {
-		_, err := u.opts.Store.Put(ctx, f.Key, u.body(ctx, fh, 0, stamp.Size), stamp.Size,
+		_, err := u.opts.Store.Put(ctx, f.Key, io.NewSectionReader(fh, 0, stamp.Size), stamp.Size,
 			store.PutOptions{CRC32C: store.EncodeCRC32C(crc)})
 		return err
 	}); err != nil {
@@ -200,16 +200,6 @@ func (u *Uploader) putWhole(ctx context.Context, fh *os.File, f File, stamp file
 		return "", err
 	}
 	return pre.blake3, nil
-}
-
-// body returns the request body for n bytes of fh from off, paced by the
-// bandwidth limiter when there is one.
-func (u *Uploader) body(ctx context.Context, fh *os.File, off, n int64) io.ReadSeeker {
-	r := io.NewSectionReader(fh, off, n)
-	if u.opts.Limiter == nil {
-		return r
-	}
-	return &ratelimit.Reader{R: r, L: u.opts.Limiter, Ctx: ctx}
 }
 
 // sendHeld runs one request in the concurrency slot the caller acquired,

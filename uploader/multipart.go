@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
@@ -16,9 +17,9 @@ import (
 )
 
 // putMultipart hashes the file part by part and uploads each part as soon as
-// its CRC32C is known, resuming an upload recorded in State if there is one.
-// pre, when set, holds the hashes from an earlier read, which is not
-// repeated.
+// its CRC32C is known, resuming an upload recorded in the resume state if
+// there is one. pre, when set, holds the hashes from an earlier read, which
+// is not repeated.
 func (u *Uploader) putMultipart(ctx context.Context, fh *os.File, f File, stamp fileStamp, partSize int64, pre *digest) (string, error) {
 	up, held, recorded, err := u.openUpload(ctx, f, stamp, partSize)
 	if err != nil {
@@ -56,7 +57,7 @@ type fileParts struct {
 	stamp    fileStamp
 	partSize int64
 	pre      *digest // hashes from an earlier read, or nil
-	up       Upload
+	up       pendingUpload
 	held     map[int32]store.Part // parts the server already holds
 	ph       *partHashes
 	parts    []store.Part // by index; complete once sendParts returns nil
@@ -197,7 +198,7 @@ func (ph *partHashes) sum() (string, error) {
 func (u *Uploader) sendPart(ctx context.Context, fh *os.File, f File, uploadID string, n int32, off, size int64, sum string) (store.Part, error) {
 	var part store.Part
 	err := u.sendHeld(ctx, size, func() error {
-		p, err := u.opts.Store.UploadPart(ctx, f.Key, uploadID, n, u.body(ctx, fh, off, size), size, sum)
+		p, err := u.opts.Store.UploadPart(ctx, f.Key, uploadID, n, io.NewSectionReader(fh, off, size), size, sum)
 		if err != nil {
 			return err
 		}
@@ -220,19 +221,20 @@ var errRecordedParts = errors.New("complete multipart upload with the parts reco
 // part is not the one recorded): the record goes, and the next try lists
 // the parts, or finds the upload gone and starts over.
 func (u *Uploader) refusedRecord(f File, err error) error {
-	if ferr := u.opts.State.ForgetSent(f.Key); ferr != nil {
+	if ferr := u.opts.state.ForgetSent(f.Key); ferr != nil {
 		return fmt.Errorf("complete multipart upload: %w (and %w)", err, ferr)
 	}
 	return fmt.Errorf("%w: %w", errRecordedParts, err)
 }
 
 // openUpload returns the multipart upload to use for f: the one recorded in
-// State if it is still valid for this exact file content and part size (with
-// the parts the server already holds), or a new one. For an upload begun
-// while the file was written whose every part's answer is recorded, the
-// parts come from the record (recorded is true) instead of a listing.
-func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (up Upload, held map[int32]store.Part, recorded bool, err error) {
-	if st := u.opts.State; st != nil {
+// the resume state if it is still valid for this exact file content and part
+// size (with the parts the server already holds), or a new one. For an
+// upload begun while the file was written whose every part's answer is
+// recorded, the parts come from the record (recorded is true) instead of a
+// listing.
+func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, partSize int64) (up pendingUpload, held map[int32]store.Part, recorded bool, err error) {
+	if st := u.opts.state; st != nil {
 		if prev, ok := st.Get(f.Key); ok {
 			// An upload begun while the file was written is kept whatever
 			// the stamp: putMultipart checks every part's digest.
@@ -251,7 +253,7 @@ func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, part
 					return prev, held, false, nil
 				}
 				if !errors.Is(err, store.ErrNotExist) {
-					return Upload{}, nil, false, fmt.Errorf("list parts of the upload being resumed: %w", err)
+					return pendingUpload{}, nil, false, fmt.Errorf("list parts of the upload being resumed: %w", err)
 				}
 				u.opts.Logger.Info("recorded multipart upload is gone; starting over", zap.String("file", f.RelPath))
 			} else {
@@ -263,12 +265,12 @@ func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, part
 	}
 	id, err := u.opts.Store.CreateMultipart(ctx, f.Key)
 	if err != nil {
-		return Upload{}, nil, false, fmt.Errorf("create multipart upload: %w", err)
+		return pendingUpload{}, nil, false, fmt.Errorf("create multipart upload: %w", err)
 	}
-	up = Upload{UploadID: id, PartSize: partSize, Stamp: stamp}
-	if u.opts.State != nil {
-		if err := u.opts.State.Put(f.Key, up); err != nil {
-			return Upload{}, nil, false, fmt.Errorf("record multipart upload: %w", err)
+	up = pendingUpload{UploadID: id, PartSize: partSize, Stamp: stamp}
+	if u.opts.state != nil {
+		if err := u.opts.state.Put(f.Key, up); err != nil {
+			return pendingUpload{}, nil, false, fmt.Errorf("record multipart upload: %w", err)
 		}
 	}
 	return up, nil, false, nil
@@ -276,7 +278,7 @@ func (u *Uploader) openUpload(ctx context.Context, f File, stamp fileStamp, part
 
 // recordedParts returns the parts of an early upload from the server's
 // answers recorded as each was sent, when every part sent is recorded so.
-func recordedParts(up Upload) (map[int32]store.Part, bool) {
+func recordedParts(up pendingUpload) (map[int32]store.Part, bool) {
 	if !up.Early || len(up.Sent) == 0 || len(up.Sent) != len(up.Digests) {
 		return nil, false
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/pagecache"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -242,12 +241,8 @@ func (u *Uploader) putPack(ctx context.Context, key string, size int64, crc uint
 	}
 	body := &packBody{members: send, size: size}
 	defer body.close()
-	var r io.ReadSeeker = body
-	if u.opts.Limiter != nil {
-		r = &ratelimit.Reader{R: body, L: u.opts.Limiter, Ctx: ctx}
-	}
 	err := u.sendHeld(ctx, size, func() error {
-		_, err := u.opts.Store.Put(ctx, key, r, size, store.PutOptions{CRC32C: store.EncodeCRC32C(crc)})
+		_, err := u.opts.Store.Put(ctx, key, body, size, store.PutOptions{CRC32C: store.EncodeCRC32C(crc)})
 		return err
 	})
 	for _, m := range send {

@@ -12,10 +12,10 @@ import (
 	"github.com/zeebo/blake3"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // PushOptions configure one push of a step to a Destination.
@@ -187,9 +187,9 @@ func earlierPush(ctx context.Context, opts pushJob) (prevStep int64, res PushRes
 
 // openPushState opens (or starts) the resume state of this push and
 // returns it (nil without a state dir) and the attempt's name.
-func openPushState(opts pushJob) (*State, string, error) {
+func openPushState(opts pushJob) (*resumeState, string, error) {
 	if opts.StateDir == "" {
-		return nil, NewAttempt(), nil
+		return nil, newAttemptName(), nil
 	}
 	state, err := loadPushState(opts)
 	if err != nil {
@@ -203,14 +203,14 @@ func openPushState(opts pushJob) (*State, string, error) {
 
 // loadPushState reads this push's resume state (or starts one in memory;
 // it is written by its first change).
-func loadPushState(opts pushJob) (*State, error) {
+func loadPushState(opts pushJob) (*resumeState, error) {
 	owner := stateOwner(opts.Location, opts.Step, opts.Nodes, opts.NodeRank)
-	return OpenState(statePath(opts.StateDir, owner), owner, NewAttempt)
+	return openResumeState(statePath(opts.StateDir, owner), owner, newAttemptName)
 }
 
 // send plans the step's files (object keys of this attempt, ranks, what
 // the previous step already holds) and uploads them and the blobs.
-func send(ctx context.Context, opts pushJob, state *State, attempt string, prevStep int64) ([]manifest.File, Stats, error) {
+func send(ctx context.Context, opts pushJob, state *resumeState, attempt string, prevStep int64) ([]manifest.File, Stats, error) {
 	var reuse map[string]manifest.File
 	if prevStep >= 0 {
 		var err error
@@ -232,7 +232,7 @@ func send(ctx context.Context, opts pushJob, state *State, attempt string, prevS
 		}
 	}
 	uopts := opts.Upload
-	uopts.State = state
+	uopts.state = state
 	if !uopts.NoPack {
 		uopts.PackKey = func(name string) string { return manifest.PackKey(opts.Prefix, opts.Step, attempt, name) }
 	}
@@ -256,7 +256,7 @@ func send(ctx context.Context, opts pushJob, state *State, attempt string, prevS
 // commitAndCleanUp commits the uploaded entries and cleans up after the
 // attempt: its objects if nothing references them, its state file once
 // the outcome is known.
-func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt string, entries []manifest.File) (PushResult, error) {
+func commitAndCleanUp(ctx context.Context, opts pushJob, state *resumeState, attempt string, entries []manifest.File) (PushResult, error) {
 	log := opts.Upload.Logger
 	attemptPrefix := manifest.DataKey(opts.Prefix, opts.Step, attempt, "")
 	res, referenced, err := commitStep(ctx, opts, entries, attemptPrefix)
@@ -287,7 +287,7 @@ func commitAndCleanUp(ctx context.Context, opts pushJob, state *State, attempt s
 // file that was then sent in one PUT, deduplicated or left out of the step.
 // Every upload a manifest references was completed and is recorded as done
 // instead. A failure only leaves parts for the bucket's lifecycle rule.
-func abortLeftovers(ctx context.Context, st store.Store, state *State, log *zap.Logger) {
+func abortLeftovers(ctx context.Context, st store.Store, state *resumeState, log *zap.Logger) {
 	for key, up := range state.Uploads() {
 		abortUnused(ctx, st, key, up.UploadID, log)
 	}
@@ -331,8 +331,8 @@ func putBlob(ctx context.Context, st store.Store, key string, b step.Generated) 
 	return manifest.File{Path: b.RelPath, Size: int64(len(b.Data)), BLAKE3: hex.EncodeToString(sum[:]), Key: key}, nil
 }
 
-// NewAttempt returns a fresh random attempt name for object keys.
-func NewAttempt() string {
+// newAttemptName returns a fresh random attempt name for object keys.
+func newAttemptName() string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err))

@@ -16,8 +16,8 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 const testPart = store.MinPartSize
@@ -156,12 +156,12 @@ func TestPartSizeFor(t *testing.T) {
 		{5 << 40, 5 << 30, store.MaxPartSize},
 	}
 	for _, c := range cases {
-		got := PartSizeFor(c.size, c.req)
+		got := objectPartSize(c.size, c.req)
 		if got != c.want {
-			t.Errorf("PartSizeFor(%d, %d) = %d, want %d", c.size, c.req, got, c.want)
+			t.Errorf("objectPartSize(%d, %d) = %d, want %d", c.size, c.req, got, c.want)
 		}
 		if (c.size+got-1)/got > store.MaxParts {
-			t.Errorf("PartSizeFor(%d, %d) = %d needs more than %d parts", c.size, c.req, got, store.MaxParts)
+			t.Errorf("objectPartSize(%d, %d) = %d needs more than %d parts", c.size, c.req, got, store.MaxParts)
 		}
 	}
 }

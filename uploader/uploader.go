@@ -19,6 +19,10 @@
 // again, so it is read twice, like any other file. The cost is that such a
 // file's first part leaves only after the whole file is hashed (about
 // 3 GB/s per core), where other files start sending after their first part.
+//
+// This package is ferry's implementation, used by cmd/ferry and ferry's
+// other packages. It is importable, but its API carries no stability
+// promise; the supported public API is package manifest (the remote format).
 package uploader
 
 import (
@@ -33,7 +37,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferrylabs/ferry/internal/confine"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -80,12 +83,9 @@ type Options struct {
 	// (default DefaultInFlightParts x PartSize): a request takes its body's
 	// size, at least minRequestWeight and at most the whole budget.
 	InFlightBytes int64
-	// State records multipart uploads in flight so that a killed upload
-	// resumes; nil disables resuming.
-	State *State
-	// Limiter, when set, caps the rate at which request bodies are read,
-	// shared by all requests (the --bandwidth flag).
-	Limiter *ratelimit.Limiter
+	// state records multipart uploads in flight so that a killed upload
+	// resumes; nil disables resuming. Set by Destination.Push.
+	state *resumeState
 	// DropCache leaves the page cache as the upload found it: pages of a
 	// file that were not cached before it was read are dropped once it is
 	// sent (the agent: uploading 100 GB must not evict the trainer's data
@@ -194,10 +194,10 @@ func (u *Uploader) Stats() Stats {
 	}
 }
 
-// PartSizeFor returns the part size used for an object of size bytes: the
+// objectPartSize returns the part size used for an object of size bytes: the
 // requested size, raised to a whole MiB so that at most store.MaxParts parts
 // are needed, and clamped to the store's limits.
-func PartSizeFor(size, requested int64) int64 {
+func objectPartSize(size, requested int64) int64 {
 	ps := requested
 	if ps < store.MinPartSize {
 		ps = store.MinPartSize
@@ -221,8 +221,8 @@ func (u *Uploader) singlePutLimit() int64 {
 
 // Upload uploads files concurrently and returns one manifest entry per file,
 // in the order given. On error nothing is committed by the caller, and
-// multipart uploads stay recorded in State so that a later Upload resumes
-// them.
+// multipart uploads stay recorded in the resume state so that a later Upload
+// resumes them.
 func (u *Uploader) Upload(ctx context.Context, files []File) ([]manifest.File, error) {
 	out := make([]manifest.File, len(files))
 	whole := make([]int, len(files))

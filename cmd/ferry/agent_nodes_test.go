@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // writeNodeStep writes node k's share of a Composer step of a job with

@@ -21,11 +21,11 @@ import (
 	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/priority"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ferrylabs/ferry/manifest/remote"
+	"github.com/ferrylabs/ferry/internal/remote"
 )
 
 // Exit codes, documented in the README.

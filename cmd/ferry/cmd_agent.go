@@ -18,11 +18,11 @@ import (
 	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
-	"github.com/ferrylabs/ferry/internal/priority"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/sdnotify"
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -199,21 +199,16 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if ok, err := waitForWatchDir(ctx, o.watch, watchDirPoll, log); !ok {
 		return err
 	}
-	base := stateBase(o.stateDir)
-	stateDir := agent.AgentStateDir(base, agentIdentity(o.watch, loc))
-	if old := legacyJournal(base); old != "" {
-		log.Warn("ignoring a journal from an older ferry that does not say which destination it is for; committed steps are found in the bucket",
-			zap.String("journal", old))
-	}
-	if o.node.nodes > 1 {
-		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
-	}
-	reg := prometheus.NewRegistry()
-	// The Go runtime's and the process's own figures (go_goroutines,
-	// process_resident_memory_bytes, process_open_fds): what shows a leak
-	// in an agent that runs for weeks (make soak reads them).
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := control.NewMetrics(reg)
+	return runAgentService(ctx, o, loc, log)
+}
+
+// runAgentService opens the destination, binds the control socket and the
+// metrics endpoint, and runs the agent with them until ctx ends and its
+// drain is over. Each listener is closed by its defer, on every path:
+// agent.Service serves them while it runs, and stops serving at its end.
+func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location, log *zap.Logger) error {
+	base, stateDir := agentStateDir(o, loc, log)
+	reg, metrics := agentMetrics()
 	var counters s3store.Counters
 	st, err := openLocation(ctx, o.remote, loc, log, o.concurrency,
 		func(op string) { counters.Count(op); metrics.Request(op) })
@@ -238,36 +233,19 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// One cap for everything the agent sends: uploads and peers served.
+	defer ms.close()
+	// One cap for everything the agent sends: uploads (the store paces
+	// the bodies it sends) and peers served.
 	limiter := ratelimit.New(o.bandwidth)
-	a, err := agent.New(agent.Options{
-		Store: st, Prefix: loc.Prefix, URL: loc.String(),
-		Detect:     o.detectOptions(),
-		WhenBehind: o.whenBehind,
-		Pipeline:   o.pipeline,
-		Upload: uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: limiter,
-			DropCache: true, NoPack: o.noPack},
-		StateDir:     stateDir,
-		AllowEmpty:   o.allowEmpty,
-		MetricsAddr:  ms.addr(),
-		KeepLocal:    o.keepLocal,
-		KeepRemote:   o.keepRemote,
-		Nodes:        o.node.nodes,
-		NodeRank:     o.node.rank,
-		Run:          o.node.run,
-		DrainTimeout: o.drainTimeout,
-		Requests:     counters.Snapshot,
-		Metrics:      metrics,
-		Logger:       log,
-	})
+	a, err := agent.New(o.agentConfig(ratelimit.Uploads(st, limiter), loc, stateDir, ms.addr(), counters.Snapshot, metrics, log))
 	if err != nil {
-		ms.close()
 		return err
 	}
 	if o.servePeers != "" {
+		// The bucket's own store: the peers' key is derived from its
+		// credentials, and serving reads, which the cap leaves alone.
 		seed, err := startSeed(ctx, o, st, loc, a, limiter, log)
 		if err != nil {
-			ms.close()
 			return err
 		}
 		defer seed.Close()
@@ -277,39 +255,55 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 	return svc.Run(ctx)
 }
 
-// reexecForPriority allows lowerPriority to re-execute the process. Only
-// runWithSignals sets it: the entry of the ferry binary and of test
-// binaries acting as ferry, whose arguments lead back to it. Main called
-// in-process by a test leaves it unset and lowers in place instead.
-var reexecForPriority bool
+// agentStateDir returns the shared base state dir and this agent's own
+// folder in it (one per watch dir and destination), warning about a
+// journal an older ferry left in the base.
+func agentStateDir(o agentOptions, loc manifest.Location, log *zap.Logger) (base, stateDir string) {
+	base = stateBase(o.stateDir)
+	stateDir = agent.AgentStateDir(base, agentIdentity(o.watch, loc))
+	if old := legacyJournal(base); old != "" {
+		log.Warn("ignoring a journal from an older ferry that does not say which destination it is for; committed steps are found in the bucket",
+			zap.String("journal", old))
+	}
+	if o.node.nodes > 1 {
+		log.Info("multi-node agent", zap.Int("node_rank", o.node.rank), zap.Int("nodes", o.node.nodes), zap.String("run", o.node.run), zap.String("from", o.node.source))
+	}
+	return base, stateDir
+}
 
-// lowerPriority makes the whole agent yield CPU and disk to the trainer
-// (internal/priority). Where it may, it lowers the calling thread and
-// re-executes ferry with the same arguments and environment (systemd's
-// NOTIFY_SOCKET and WATCHDOG_PID included; the process ID stays), so that
-// every thread of the agent that then runs starts lowered; that agent
-// comes back here, sees it was re-executed, and only confirms. Otherwise
-// it lowers the threads in place, which can miss one the Go runtime is
-// starting meanwhile. A refusal is a warning: the agent still uploads.
-func lowerPriority(ctx context.Context, log *zap.Logger) {
-	// Reexecuted also drops the marker from the environment, so that
-	// nothing the agent starts inherits it.
-	reexecuted := priority.Reexecuted()
-	// A SIGINT or SIGTERM received already has cancelled ctx, and a new
-	// image would not know of it: then lower in place.
-	if !reexecuted && reexecForPriority && ctx.Err() == nil {
-		err := priority.Reexec() // returns only when it could not
-		log.Warn("could not re-execute the agent at low priority; lowering its threads in place, where one started meanwhile can keep the caller's priority",
-			zap.Error(err))
+// agentMetrics returns the agent's Prometheus registry and metrics. The
+// registry also holds the Go runtime's and the process's own figures
+// (go_goroutines, process_resident_memory_bytes, process_open_fds): what
+// shows a leak in an agent that runs for weeks (make soak reads them).
+func agentMetrics() (*prometheus.Registry, *control.Metrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, control.NewMetrics(reg)
+}
+
+// agentConfig converts the flags into the agent's options, with the store
+// it writes through (bandwidth-capped) and what runAgentService set up.
+func (o agentOptions) agentConfig(st store.Store, loc manifest.Location, stateDir, metricsAddr string,
+	requests func() map[string]int64, metrics *control.Metrics, log *zap.Logger) agent.Options {
+	return agent.Options{
+		Store: st, Prefix: loc.Prefix, URL: loc.String(),
+		Detect:       o.detectOptions(),
+		WhenBehind:   o.whenBehind,
+		Pipeline:     o.pipeline,
+		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, DropCache: true, NoPack: o.noPack},
+		StateDir:     stateDir,
+		AllowEmpty:   o.allowEmpty,
+		MetricsAddr:  metricsAddr,
+		KeepLocal:    o.keepLocal,
+		KeepRemote:   o.keepRemote,
+		Nodes:        o.node.nodes,
+		NodeRank:     o.node.rank,
+		Run:          o.node.run,
+		DrainTimeout: o.drainTimeout,
+		Requests:     requests,
+		Metrics:      metrics,
+		Logger:       log,
 	}
-	a, err := priority.Lower()
-	if err != nil {
-		log.Warn("could not lower the agent's priority; it runs at the trainer's", zap.Error(err))
-		return
-	}
-	log.Info("running at low priority (--priority normal to keep the caller's)", zap.String("cpu", a.CPU),
-		zap.String("io", fmt.Sprintf("best-effort %d", a.IOLevel)), zap.Int("threads", a.Threads),
-		zap.Bool("reexecuted", reexecuted))
 }
 
 // optionalMetrics is the metrics endpoint, or nil when it is off or no

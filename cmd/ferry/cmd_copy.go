@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
-	"github.com/ferrylabs/ferry/copier"
+	"github.com/ferrylabs/ferry/internal/copier"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -144,8 +144,9 @@ func runCopy(ctx context.Context, o copyOptions, stdout, stderr io.Writer) error
 		return fmt.Errorf("copy %s: %w", floc, err)
 	}
 	slices.Sort(steps) // oldest first: each step deduplicates against the one before
-	opts := copier.Options{From: from, To: to, FromPrefix: floc.Prefix, ToPrefix: tloc.Prefix,
-		Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), Logger: log}
+	// --bandwidth caps what copy reads from the source.
+	opts := copier.Options{From: ratelimit.Downloads(from, ratelimit.New(o.bandwidth)), To: to, FromPrefix: floc.Prefix,
+		ToPrefix: tloc.Prefix, Concurrency: o.concurrency, Logger: log}
 	var out []copyStepJSON
 	for _, step := range steps {
 		res, err := copier.CopyStep(ctx, opts, step)

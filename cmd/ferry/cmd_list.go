@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/units"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 type listOptions struct {
@@ -31,7 +31,7 @@ func newListCommand() *cli.Command {
 			exits:    []string{"0 listed (nothing printed when nothing is committed)", exit1, exit2},
 		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
+			fromFlag(),
 			&cli.IntFlag{Name: "last", Value: 0, Usage: "show only the newest `N` steps (0: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		}, commonFlags()...),
@@ -52,11 +52,7 @@ func newListCommand() *cli.Command {
 type stepSummary = remote.Summary
 
 func runList(ctx context.Context, o listOptions, stdout, stderr io.Writer) error {
-	log, err := newLogger(o.remote, stderr)
-	if err != nil {
-		return err
-	}
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0, nil)
+	st, loc, err := openToRead(ctx, o.remote, o.from, stderr)
 	if err != nil {
 		return err
 	}

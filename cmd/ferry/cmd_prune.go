@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferrylabs/ferry/internal/prune"
 	"github.com/ferrylabs/ferry/internal/units"
-	"github.com/ferrylabs/ferry/prune"
 )
 
 type pruneOptions struct {
@@ -36,7 +36,7 @@ func newPruneCommand() *cli.Command {
 			exits:    []string{"0 pruned (or nothing to prune)", exit1, exit2},
 		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
+			fromFlag(),
 			&cli.IntFlag{Name: "keep-last", Usage: "keep the `N` newest committed steps (required, at least 1)"},
 			&cli.Int64Flag{Name: "keep-every", Usage: "also keep every step divisible by `K`"},
 			&cli.DurationFlag{Name: "min-age", Value: prune.DefaultMinAge, Usage: "grace period: delete unreferenced objects, and objects of pruned manifests, only once this old (0: now; only when nothing uploads)"},

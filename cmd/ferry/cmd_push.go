@@ -241,10 +241,11 @@ func pushStep(ctx context.Context, o pushOptions, st store.Store, loc manifest.L
 	if stateDir == "" {
 		stateDir = defaultStateDir()
 	}
-	dest := uploader.Destination{Store: st, Location: loc.String(), Prefix: loc.Prefix, StateDir: stateDir,
+	// --bandwidth caps what the push sends.
+	dest := uploader.Destination{Store: ratelimit.Uploads(st, ratelimit.New(o.bandwidth)), Location: loc.String(), Prefix: loc.Prefix, StateDir: stateDir,
 		Nodes: o.node.nodes, NodeRank: o.node.rank, Run: o.node.run, Logger: log}
 	return dest.Push(ctx, s, uploader.PushOptions{
-		Upload:   uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), NoPack: o.noPack},
+		Upload:   uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, NoPack: o.noPack},
 		Progress: durableBar{bar: prog},
 		NoDedup:  o.noDedup, AllowEmpty: o.allowEmpty,
 	})

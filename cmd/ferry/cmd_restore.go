@@ -12,13 +12,13 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/peer"
 	"github.com/ferrylabs/ferry/internal/r2cost"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/peer"
 	"github.com/ferrylabs/ferry/restore"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 type showOptions struct {
@@ -29,7 +29,7 @@ func newShowCommand() *cli.Command {
 			exits:    []string{"0 printed", exit1, exit2, exit3},
 		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
+			fromFlag(),
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "step to show (default: the latest committed)"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
@@ -42,11 +42,7 @@ func newShowCommand() *cli.Command {
 }
 
 func runShow(ctx context.Context, o showOptions, stdout, stderr io.Writer) error {
-	log, err := newLogger(o.remote, stderr)
-	if err != nil {
-		return err
-	}
-	st, loc, err := openStore(ctx, o.remote, "from", o.from, log, 0, nil)
+	st, loc, err := openToRead(ctx, o.remote, o.from, stderr)
 	if err != nil {
 		return err
 	}

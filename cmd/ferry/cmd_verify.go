@@ -14,8 +14,8 @@ import (
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
+	"github.com/ferrylabs/ferry/internal/verify"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/verify"
 )
 
 type verifyOptions struct {
@@ -48,7 +48,7 @@ func newVerifyCommand() *cli.Command {
 				exit2, "3 nothing is committed at --from, or --step N is not committed"},
 		}.String(),
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "from", EnvVars: []string{"FERRY_FROM"}, Usage: "checkpoint location `s3://bucket/prefix` or file:///folder to read (required)"},
+			fromFlag(),
 			&cli.Int64Flag{Name: "step", Value: -1, Usage: "check this step (default: the latest committed)"},
 			&cli.IntFlag{Name: "last", Usage: "check the newest `N` committed steps"},
 			&cli.BoolFlag{Name: "all", Usage: "check every committed step"},
@@ -124,8 +124,9 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	reps, err := verify.Verify(ctx, verify.Options{Store: st, Prefix: loc.Prefix, Steps: steps, ReadShare: o.share,
-		Concurrency: o.concurrency, Limiter: ratelimit.New(o.bandwidth), Logger: log})
+	// --bandwidth caps what verify reads (ratelimit.Downloads).
+	reps, err := verify.Verify(ctx, verify.Options{Store: ratelimit.Downloads(st, ratelimit.New(o.bandwidth)), Prefix: loc.Prefix,
+		Steps: steps, ReadShare: o.share, Concurrency: o.concurrency, Logger: log})
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", loc, err)
 	}

@@ -16,11 +16,11 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferrylabs/ferry/internal/filestore"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/units"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // commonFlags are accepted by every command that talks to a bucket.

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // ferry copy between two versitygw servers with different credentials:

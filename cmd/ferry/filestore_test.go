@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/filestore"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // openFolder opens the file store of folder for the test's own checks.

@@ -24,12 +24,12 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/ferrylabs/ferry/agent/control"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3proxy"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/internal/trainsim"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 func blake3Hex(data []byte) string {

@@ -17,10 +17,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/agent"
+	"github.com/ferrylabs/ferry/internal/peer"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/peer"
 )
 
 // peerOptions are restore's flags for restoring with peers.

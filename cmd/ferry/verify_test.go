@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/verify"
+	"github.com/ferrylabs/ferry/internal/verify"
 )
 
 // ferry verify: exit 0 on a healthy bucket, with every byte read; exit 1

@@ -15,6 +15,7 @@ package s3proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"net"
 	"net/http"
@@ -307,11 +308,7 @@ func (p *Proxy) SetRules(rules ...Rule) error {
 func (p *Proxy) Counts() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := make(map[string]int, len(p.counts))
-	for k, v := range p.counts {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(p.counts)
 }
 
 // Requests returns the requests recorded since the start or the last

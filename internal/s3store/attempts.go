@@ -6,7 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,12 +68,7 @@ func (c *Counters) Snapshot() map[string]int64 {
 func (c *Counters) Ops() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ops := make([]string, 0, len(c.n))
-	for k := range c.n {
-		ops = append(ops, k)
-	}
-	sort.Strings(ops)
-	return ops
+	return slices.Sorted(maps.Keys(c.n))
 }
 
 // attemptMiddleware sits in the finalize step just inside the retry loop, so

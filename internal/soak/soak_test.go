@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/soak"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }

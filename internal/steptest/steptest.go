@@ -1,6 +1,9 @@
 // Package steptest commits folders as checkpoint steps, as `ferry push`
 // does (detect.Gather, then uploader's Push), for the tests of the
-// packages that read what a push wrote: copy, verify, peer, restore.
+// packages that read what a push wrote: copy, verify, peer, restore. For
+// steps a push does not make (packs with gaps, damaged packs, entries
+// shared across steps) it lays out packs by hand (Pack, Entry, Put), one
+// builder for the tests of verify, prune, restore and copy.
 package steptest
 
 import (

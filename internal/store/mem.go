@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -330,10 +332,5 @@ func (m *MemStore) ListUploads(ctx context.Context, prefix string) ([]Upload, er
 func (m *MemStore) Objects() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	keys := make([]string, 0, len(m.objects))
-	for k := range m.objects {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(m.objects))
 }

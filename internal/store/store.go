@@ -48,7 +48,7 @@ var ErrPreconditionFailed = errors.New("precondition failed: object already exis
 // documentation, so that the proxy checks ferry rather than ferry's belief.
 // The manifest format states the first four again (package manifest checks
 // a file's part_size against them without depending on this package);
-// manifest/remote does not compile if the two ever differ.
+// internal/remote does not compile if the two ever differ.
 const (
 	MinPartSize  = 5 << 20
 	MaxPartSize  = 5 << 30

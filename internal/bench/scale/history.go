@@ -9,11 +9,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/prune"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3store"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/prune"
 )
 
 // historyResult is what reading a long history costs: requests and time of

@@ -2,19 +2,17 @@ package prune
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/zeebo/blake3"
-
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/internal/verify"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
-	"github.com/ferrylabs/ferry/verify"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }
@@ -25,20 +23,12 @@ func TestMain(m *testing.M) { s3test.Main(m) }
 func putPack(t *testing.T, st store.Store, step int64, name string, paths ...string) []manifest.File {
 	t.Helper()
 	key := manifest.PackKey(prefix, step, "att", name)
-	var pack []byte
-	var files []manifest.File
+	members := make([]steptest.File, len(paths))
 	for i, p := range paths {
-		data := bytes.Repeat([]byte{byte(step), byte(i)}, 50+i)
-		sum := blake3.Sum256(data)
-		files = append(files, manifest.File{Path: p, Size: int64(len(data)), BLAKE3: hex.EncodeToString(sum[:]), Key: key, Offset: int64(len(pack))})
-		pack = append(pack, data...)
+		members[i] = steptest.File{Path: p, Data: bytes.Repeat([]byte{byte(step), byte(i)}, 50+i)}
 	}
-	for i := range files {
-		files[i].PackSize = int64(len(pack))
-	}
-	if _, err := st.Put(t.Context(), key, bytes.NewReader(pack), int64(len(pack)), store.PutOptions{CRC32C: store.CRC32C(pack)}); err != nil {
-		t.Fatal(err)
-	}
+	files, pack := steptest.Pack(key, 0, members...)
+	steptest.Put(t, st, key, pack)
 	return files
 }
 

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -202,10 +201,9 @@ func (c *copier) read(ctx context.Context, ob *object, off int64, buf []byte) er
 		return fmt.Errorf("read %s at the source: %w", ob.src.Key, err)
 	}
 	defer body.Close()
-	r := &ratelimit.Body{R: body, L: c.o.Limiter, Ctx: ctx}
-	got, err := io.ReadFull(r, buf)
+	got, err := io.ReadFull(body, buf)
 	if err == nil && ob.members != nil {
-		if more, _ := io.ReadFull(r, make([]byte, 1)); more > 0 {
+		if more, _ := io.ReadFull(body, make([]byte, 1)); more > 0 {
 			return c.corrupt(ob, "it is longer")
 		}
 	}

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/url"
 	"time"
@@ -229,10 +230,7 @@ func (n *Node) Stats() Stats {
 		}
 	}
 	if len(n.dropped) > 0 {
-		s.Dropped = map[string]string{}
-		for k, v := range n.dropped {
-			s.Dropped[k] = v
-		}
+		s.Dropped = maps.Clone(n.dropped)
 	}
 	return s
 }

@@ -12,17 +12,15 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // member is a file to pack: its path and bytes.
-type member struct {
-	path string
-	data []byte
-}
+type member = steptest.File
 
 // content is n bytes that differ from another seed's.
 func content(n int, seed byte) []byte {
@@ -44,16 +42,8 @@ func b3(data []byte) string {
 func putPack(t *testing.T, st store.Store, step int64, attempt, name string, members ...member) ([]manifest.File, []byte) {
 	t.Helper()
 	key := manifest.PackKey("run", step, attempt, name)
-	var pack []byte
-	var files []manifest.File
-	for _, m := range members {
-		files = append(files, manifest.File{Path: m.path, Size: int64(len(m.data)), BLAKE3: b3(m.data), Key: key, Offset: int64(len(pack))})
-		pack = append(pack, m.data...)
-	}
-	for i := range files {
-		files[i].PackSize = int64(len(pack))
-	}
-	put(t, st, key, pack)
+	files, pack := steptest.Pack(key, 0, members...)
+	steptest.Put(t, st, key, pack)
 	return files, pack
 }
 
@@ -114,7 +104,7 @@ func (r *recording) Get(ctx context.Context, key string, off, n int64) (io.ReadC
 func packedStep(t *testing.T, st store.Store) (*manifest.Manifest, []byte) {
 	t.Helper()
 	files, pack := putPack(t, st, 10, "att", "p1",
-		member{"a.json", content(1000, 1)}, member{"b.json", content(2000, 2)}, member{"c.json", content(3000, 3)})
+		member{Path: "a.json", Data: content(1000, 1)}, member{Path: "b.json", Data: content(2000, 2)}, member{Path: "c.json", Data: content(3000, 3)})
 	files = append(files, putFile(t, st, 10, "att", "big.bin", content(6000, 4)))
 	return commitFiles(t, st, 10, files), pack
 }
@@ -258,7 +248,7 @@ func TestVerifyPackedMultiRange(t *testing.T) {
 	st := &recording{Store: srv.Store(t, srv.NewBucket(t))}
 	big := 2*DefaultRangeSize + 777
 	files, pack := putPack(t, st, 7, "att", "p1",
-		member{"x.json", content(1001, 5)}, member{"big.bin", content(big, 6)}, member{"y.json", content(500, 7)})
+		member{Path: "x.json", Data: content(1001, 5)}, member{Path: "big.bin", Data: content(big, 6)}, member{Path: "y.json", Data: content(500, 7)})
 	commitFiles(t, st, 7, files)
 	st.pack = files[0].Key
 	opts := Options{Store: st, Prefix: "run", Steps: []int64{7}, ReadShare: 1}
@@ -288,7 +278,7 @@ func TestVerifyPacksListed(t *testing.T) {
 	st := &recording{Store: srv.Store(t, srv.NewBucket(t))}
 	var files []manifest.File
 	for _, name := range []string{"p1", "p2", "p3"} {
-		f, _ := putPack(t, st, 5, "att", name, member{name + "-a", content(100, 1)}, member{name + "-b", content(200, 2)})
+		f, _ := putPack(t, st, 5, "att", name, member{Path: name + "-a", Data: content(100, 1)}, member{Path: name + "-b", Data: content(200, 2)})
 		files = append(files, f...)
 	}
 	files = append(files, putFile(t, st, 5, "att", "big.bin", content(3000, 3)))

@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/heldfile"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 	"github.com/ferrylabs/ferry/uploader"
 )
@@ -603,16 +604,16 @@ func TestSeedServesWhatItHolds(t *testing.T) {
 	addrs := freeAddrs(t, 3)
 	asked := map[int64]int{}
 	var mu sync.Mutex
-	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addrs[2])}, func(_ context.Context, step int64) (string, []restore.HeldFile, error) {
+	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addrs[2])}, func(_ context.Context, step int64) (string, []heldfile.File, error) {
 		mu.Lock()
 		asked[step]++
 		mu.Unlock()
 		if step != 1 {
 			return "", nil, nil
 		}
-		var files []restore.HeldFile
+		var files []heldfile.File
 		for _, f := range m.Files {
-			files = append(files, restore.HeldFile{File: f, Path: f.Path})
+			files = append(files, heldfile.File{File: f, Path: f.Path})
 		}
 		return src, files, nil
 	})

@@ -14,6 +14,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/restore"
+)
+
+// The restore reads through source and tells it which keys failed their
+// hash: both seams are checked here, so a renamed method fails the build
+// instead of silently disabling the fallback to the bucket.
+var (
+	_ store.Store        = (*source)(nil)
+	_ restore.Distruster = (*source)(nil)
 )
 
 // source is the store a cooperative restore reads from: Get takes each

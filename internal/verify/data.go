@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/manifest"
 )
 
@@ -128,7 +127,7 @@ func hashRange(ctx context.Context, opts Options, key string, base, off, n int64
 		return blake3tree.Node{}, err
 	}
 	defer body.Close()
-	got, err := io.CopyBuffer(h, &ratelimit.Body{R: body, L: opts.Limiter, Ctx: ctx}, make([]byte, 256<<10))
+	got, err := io.CopyBuffer(h, body, make([]byte, 256<<10))
 	if err != nil {
 		return blake3tree.Node{}, err
 	}

@@ -32,10 +32,9 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferrylabs/ferry/internal/blake3tree"
-	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // Defaults for Options fields left zero.
@@ -74,8 +73,6 @@ type Options struct {
 	// Memory bounds the bytes buffered at once. Default DefaultMemory, and
 	// at least one part.
 	Memory int64
-	// Limiter, when not nil, paces the bytes read from the source.
-	Limiter *ratelimit.Limiter
 	// Logger receives a line per step and debug lines per object.
 	Logger *zap.Logger
 }

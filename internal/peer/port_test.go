@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/heldfile"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 	"github.com/ferrylabs/ferry/restore"
 )
 
@@ -49,10 +50,10 @@ func TestSeedPlansKeepDescriptorsFlat(t *testing.T) {
 	st, src := step(t, 3<<20, 1000)
 	m := stepManifest(t, st)
 	addr := freeAddrs(t, 1)[0]
-	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addr)}, func(_ context.Context, step int64) (string, []restore.HeldFile, error) {
-		var files []restore.HeldFile
+	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addr)}, func(_ context.Context, step int64) (string, []heldfile.File, error) {
+		var files []heldfile.File
 		for _, f := range m.Files {
-			files = append(files, restore.HeldFile{File: f, Path: f.Path})
+			files = append(files, heldfile.File{File: f, Path: f.Path})
 		}
 		return src, files, nil
 	})

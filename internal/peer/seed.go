@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ferrylabs/ferry/restore"
+	"github.com/ferrylabs/ferry/internal/heldfile"
 )
 
 // heldFile is a file a node serves from its own disk.
@@ -31,7 +31,7 @@ type fileID struct {
 // modification time the caller recorded if it did, and, when alone, with
 // no other name (a hard link's other name may be outside the folder). It
 // returns the file, open, and its identity.
-func checkHeld(dir *os.File, f restore.HeldFile, alone bool) (*os.File, fileID, error) {
+func checkHeld(dir *os.File, f heldfile.File, alone bool) (*os.File, fileID, error) {
 	fh, err := openBeneath(dir, f.Path)
 	if err != nil {
 		return nil, fileID{}, err
@@ -57,7 +57,7 @@ func checkHeld(dir *os.File, f restore.HeldFile, alone bool) (*os.File, fileID, 
 // object key, and as plan objects, each key once. Packed files are left
 // out: their key names a pack of several files, which no one file on disk
 // is (restore reads packs from the bucket).
-func (n *Node) heldFiles(dir *os.File, files []restore.HeldFile, alone bool) (map[string]heldFile, []object) {
+func (n *Node) heldFiles(dir *os.File, files []heldfile.File, alone bool) (map[string]heldFile, []object) {
 	held := map[string]heldFile{}
 	var out []object
 	for _, f := range files {
@@ -102,7 +102,7 @@ func (n *Node) dir(path string) (*os.File, error) {
 // Holdings says what a seed holds of a committed step: the folder and the
 // manifest's files in it (paths below the folder) that it may serve; none
 // when it holds nothing of the step.
-type Holdings func(ctx context.Context, step int64) (dir string, files []restore.HeldFile, err error)
+type Holdings func(ctx context.Context, step int64) (dir string, files []heldfile.File, err error)
 
 // Seed serves the committed steps a node holds on disk to the nodes
 // restoring them, without restoring anything itself: `ferry agent

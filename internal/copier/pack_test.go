@@ -14,9 +14,10 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // srcFile is a file of a hand-made source step.
@@ -46,20 +47,16 @@ func commitPacked(t *testing.T, st store.Store, n int64, attempt string, packed,
 	t.Helper()
 	s := packedStep{packKey: manifest.PackKey("run", n, attempt, "0001"), bodies: map[string][]byte{}}
 	m := &manifest.Manifest{Format: manifest.FormatVersion, Step: n, Created: time.Now().UTC()}
-	for _, f := range packed {
-		m.Files = append(m.Files, manifest.File{Path: f.path, Size: int64(len(f.body)), BLAKE3: hash(f.body),
-			Key: s.packKey, Offset: int64(len(s.pack))})
-		s.pack = append(s.pack, f.body...)
-		s.pack = append(s.pack, bytes.Repeat([]byte{0xee}, gap)...)
+	in := make([]steptest.File, len(packed))
+	for i, f := range packed {
+		in[i] = steptest.File{Path: f.path, Data: f.body}
 	}
-	for i := range m.Files {
-		m.Files[i].PackSize = int64(len(s.pack))
-	}
-	put(t, st, s.packKey, s.pack)
+	m.Files, s.pack = steptest.Pack(s.packKey, gap, in...)
+	steptest.Put(t, st, s.packKey, s.pack)
 	for _, f := range own {
 		key := manifest.DataKey("run", n, attempt, f.path)
-		put(t, st, key, f.body)
-		m.Files = append(m.Files, manifest.File{Path: f.path, Size: int64(len(f.body)), BLAKE3: hash(f.body), Key: key})
+		steptest.Put(t, st, key, f.body)
+		m.Files = append(m.Files, steptest.Entry(key, steptest.File{Path: f.path, Data: f.body}))
 	}
 	for _, f := range append(packed, own...) {
 		s.bodies[f.path] = f.body

@@ -15,9 +15,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ferrylabs/ferry/internal/ratelimit"
+	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
-	"github.com/ferrylabs/ferry/manifest/remote"
 )
 
 // DefaultConcurrency is how many ranged GETs --read-data keeps in flight.
@@ -40,9 +39,7 @@ type Options struct {
 	// Concurrency bounds the ranged GETs in flight (default
 	// DefaultConcurrency).
 	Concurrency int
-	// Limiter, when set, caps the rate at which object bytes are read.
-	Limiter *ratelimit.Limiter
-	Logger  *zap.Logger
+	Logger      *zap.Logger
 }
 
 // Kinds of problem.

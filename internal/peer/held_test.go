@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/heldfile"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/restore"
 )
 
 // A seed (the agent, often root, serving a folder the training user
@@ -51,13 +51,13 @@ func TestSeedServesOnlyWhatIsBelowItsFolder(t *testing.T) {
 	must(os.Symlink(outside, filepath.Join(watch, "link")))
 	must(os.Symlink(filepath.Join(outside, "x.bin"), filepath.Join(watch, "a", "last.bin")))
 	names := []string{"a/ok.bin", "a/hard.bin", "a/fifo", "link/y.bin", "a/last.bin", "b/swap.bin", "c/replaced.bin"}
-	var files []restore.HeldFile
+	var files []heldfile.File
 	for i, name := range names {
-		files = append(files, restore.HeldFile{File: manifest.File{Path: name, Key: "run/data/k" + string(rune('0'+i)), Size: 100}, Path: filepath.FromSlash(name)})
+		files = append(files, heldfile.File{File: manifest.File{Path: name, Key: "run/data/k" + string(rune('0'+i)), Size: 100}, Path: filepath.FromSlash(name)})
 	}
 	st, _ := step(t, 10) // a seed serves from disk; it never reads the bucket
 	addr := freeAddrs(t, 1)[0]
-	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addr)}, func(context.Context, int64) (string, []restore.HeldFile, error) {
+	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addr)}, func(context.Context, int64) (string, []heldfile.File, error) {
 		return watch, files, nil
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ferrylabs/ferry/internal/heldfile"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/steptest"
 	"github.com/ferrylabs/ferry/restore"
@@ -68,20 +69,20 @@ func TestPackIsNotServed(t *testing.T) {
 	}
 	m := steptest.Push(t, st, "run", dir, 1, uploader.PushOptions{})
 	var own, pack string
-	var held []restore.HeldFile
+	var held []heldfile.File
 	for _, f := range m.Files {
 		if f.Packed() {
 			pack = f.Key
 		} else {
 			own = f.Key
 		}
-		held = append(held, restore.HeldFile{File: f, Path: f.Path})
+		held = append(held, heldfile.File{File: f, Path: f.Path})
 	}
 	if own == "" || pack == "" {
 		t.Fatalf("the push wrote no pack or no object of its own: %+v", m.Files)
 	}
 	addrs := freeAddrs(t, 2)
-	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addrs[0])}, func(context.Context, int64) (string, []restore.HeldFile, error) {
+	seed, err := Seed(Config{Bucket: st, Key: testKey, Listener: listen(t, addrs[0])}, func(context.Context, int64) (string, []heldfile.File, error) {
 		return dir, held, nil
 	})
 	if err != nil {
