@@ -56,8 +56,10 @@ func TestSingleWarnsOnlyWhenAbandoned(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !look(minuteAgo) || !look(minuteAgo) {
-		t.Fatal("a torn file closed a minute ago is not taken as abandoned")
+	for range 2 { // looked at twice: one warning
+		if !look(minuteAgo) {
+			t.Fatal("a torn file closed a minute ago is not taken as abandoned")
+		}
 	}
 	if n := logs.FilterMessage("checkpoint file left out of the folder's versions until it is written whole").Len(); n != 1 {
 		t.Fatalf("%d warnings for one abandoned version of the file, want 1", n)
