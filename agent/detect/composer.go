@@ -21,7 +21,10 @@ import (
 //     its "latest-rank{R}.pt" symlink at it. So any rank whose latest-rank
 //     link names an earlier batch is still saving and holds the step back,
 //     whether or not its file has appeared yet; a rank whose link names
-//     the batch has finished its file. With Options.ExpectedRanks that many
+//     the batch has finished its file (a step every rank's link declared
+//     so stays complete when a rolled-back run repoints the links at an
+//     earlier batch, its files unchanged: declare.go's keepPointed). With
+//     Options.ExpectedRanks that many
 //     finished ranks prove the step (ProofRanks); without links (the first
 //     save, or latest disabled) only the settle window decides.
 //   - Pointers: single-file steps get Symlinks "latest-rank{R}.pt" ->
@@ -139,7 +142,7 @@ func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
 		}
 	}
 	if len(behind) > 0 {
-		c.Held = strings.Join(behind, "; ")
+		c.Held, c.PointedBack = strings.Join(behind, "; "), !c.Stale
 	}
 	done := []string{}
 	for _, f := range c.Step.Files {

@@ -36,6 +36,7 @@ type declaration struct {
 // new or rewritten and names the step.
 func (w *Watcher) declared(c *Candidate) string {
 	w.keepDeclared(c)
+	w.keepPointed(c)
 	if !c.Finished || c.Step.Marker == "" || c.ByTrainer {
 		return ""
 	}
@@ -177,4 +178,35 @@ func (w *Watcher) keepDeclared(c *Candidate) {
 		}
 	}
 	c.Finished, c.Waiting = true, ""
+}
+
+// keepPointed does for per-rank pointers (Composer's latest-rank links,
+// each repointed by its rank after its file) what keepDeclared does for a
+// marker: a step is declared when every file's rank names it, or a later
+// step, after writing it; a rolled-back run that repoints the links at an
+// earlier batch takes nothing from a step they declared complete before,
+// while its files are exactly those.
+func (w *Watcher) keepPointed(c *Candidate) {
+	if c.Step.Marker != "" || c.Proof != ProofRanks || c.ByTrainer {
+		return
+	}
+	id := c.id()
+	if c.Held == "" && c.Finished && !c.Stale && len(c.Step.Files) > 0 && len(c.Ranks) == len(c.Step.Files) {
+		files := make(map[string]stat, len(c.Step.Files))
+		for _, f := range c.Step.Files {
+			files[f.RelPath] = stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
+		}
+		w.decls[id] = &declaration{files: files}
+		return
+	}
+	d := w.decls[id]
+	if !c.PointedBack || d == nil || len(d.files) != len(c.Step.Files) {
+		return
+	}
+	for _, f := range c.Step.Files {
+		if d.files[f.RelPath] != (stat{f.RelPath, f.Size, f.ModTime.UnixNano()}) {
+			return
+		}
+	}
+	c.Held, c.PointedBack = "", false
 }

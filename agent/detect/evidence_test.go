@@ -97,6 +97,34 @@ func TestComposerRankASaveBehindWithoutAFile(t *testing.T) {
 	}
 }
 
+// A Composer run rolled back to batch 100 repoints its links at it: batch
+// 200, which the links declared complete before (every rank named it after
+// writing its file), stays complete, though its settle window had not
+// ended; a rank's link naming an earlier batch still holds a step it never
+// declared (fuzzer seed 7, composer).
+func TestComposerRollbackKeepsDeclaredStep(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "ep0-ba100-rank0.pt", "r0 b100")
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba100-rank0.pt")
+	age(t, dir)
+	h := newHarness(t, dir, Options{Layout: "composer"})
+	h.expect(0)
+	h.expect(testSettle, "complete 100")
+	write(t, dir, "ep0-ba200-rank0.pt", "r0 b200")
+	write(t, dir, "ep0-ba300-rank0.pt", "r0 b300, its link never repointed")
+	h.expect(0)
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba200-rank0.pt")
+	h.expect(testSettle / 2)
+	write(t, dir, "ep0-ba100-rank0.pt", "r0 b100, saved again")
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba100-rank0.pt")
+	h.expect(testSettle/2, "deleted 100", "complete 200")
+	h.expect(testSettle, "complete 100")
+	h.expect(time.Hour)
+	if p := h.w.Pending(); len(p) != 1 || p[0].Step != 300 || !strings.Contains(p[0].Reason, "still names batch 100") {
+		t.Fatalf("pending %+v, want step 300 held by its rank's link", p)
+	}
+}
+
 // Megatron: the tracker proves a step only when seen changing to name it.
 func TestMegatronProofNeedsTrackerChange(t *testing.T) {
 	dir := t.TempDir()

@@ -64,6 +64,11 @@ type Candidate struct {
 	// the step was complete once, not that its files are still that
 	// version (declare.go).
 	Moved bool
+	// PointedBack is set when Held says only that pointers name an
+	// earlier step (Composer's latest-rank links, repointed by a
+	// rolled-back run): a step the pointers declared complete before,
+	// with the same files, stays complete (declare.go).
+	PointedBack bool
 	// ByTrainer is set when the trainer declared the step complete
 	// (Watcher.Declare): only its files' closes, temporary names and
 	// formats still count.
