@@ -68,7 +68,10 @@ test-writers: tools
 ## FIRST (default 1), PARALLEL at once: seeded trainer behaviour (ranks,
 ## markers, kills mid-save, re-saves, cleanup, quick deletion, temporary
 ## folders, rewrites in place) against the agent at its defaults on
-## versitygw, checked against every state the trainer completed
+## versitygw, checked against every state the trainer completed. Seeds
+## rotate over every layout (dcp, hf, deepspeed, megatron, single,
+## composer, flat, flat-counter); FERRY_FUZZ_LAYOUT=composer,flat in the
+## environment runs only those
 SEEDS    ?= 1000
 FIRST    ?= 1
 PARALLEL ?= 6

@@ -52,8 +52,18 @@ type fz struct {
 	// versions are made of whole files only).
 	torn map[string]bool
 	mu   sync.Mutex
-	// complete holds, per step key, every state the trainer completed.
+	// complete holds, per step key, every state the trainer completed;
+	// numbers maps the keys that are not step numbers to the schedule's.
 	complete map[string][]fileState
+	numbers  map[string]int64
+	// deleted holds the steps deleted whole from their last completed
+	// state, gone those deleted or cut from another one.
+	deleted, gone map[string]bool
+	// saved is, per rank, the steps this job's process saved (Composer's
+	// rotation deletes the oldest); a restart begins a new list.
+	saved map[int][]int64
+	// keep is how many checkpoints each rank keeps (0: all).
+	keep int
 	// history is the schedule as run, for a failure's report.
 	history []string
 }
@@ -211,6 +221,21 @@ func (f *fz) completed(key, dir string) {
 	f.mu.Lock()
 	f.complete[key] = append(f.complete[key], s)
 	f.mu.Unlock()
+	f.note("  complete %s %v", key, s)
+}
+
+// completedState records state s as one the trainer completed for step n
+// under key.
+func (f *fz) completedState(key string, n int64, s fileState) {
+	f.mu.Lock()
+	f.complete[key] = append(f.complete[key], s)
+	if f.numbers == nil {
+		f.numbers = map[string]int64{}
+	}
+	f.numbers[key] = n
+	f.mu.Unlock()
+	delete(f.deleted, key) // a new complete state is on disk
+	delete(f.gone, key)
 	f.note("  complete %s %v", key, s)
 }
 

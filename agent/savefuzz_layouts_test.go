@@ -3,6 +3,9 @@ package agent
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // fuzzLayout is one framework's save habits, as the fuzzer generates them.
@@ -19,6 +22,60 @@ type fuzzLayout struct {
 	// generated are paths a restore adds that are not the trainer's
 	// files of the step (pointers rebuilt per step).
 	generated map[string]bool
+	// options sets what the layout needs beyond the agent's defaults
+	// (flat: --layout flat, a --step-pattern); nil for none.
+	options func(o *detect.Options)
+	// files, when set, gives step n's files on disk where they are not
+	// one folder (Composer's per-rank files in the root).
+	files func(f *fz, n int64) fileState
+	// removeStep deletes step n whole (nil: its folder).
+	removeStep func(f *fz, n int64)
+	// key names step n for the oracle and keyOf a manifest's step (nil:
+	// the number; counted flat steps have no number of their own).
+	key   func(n int64) string
+	keyOf func(m *manifest.Manifest) string
+}
+
+// state is step n's files on disk, empty when it is gone.
+func (l fuzzLayout) state(f *fz, n int64) fileState {
+	if l.files != nil {
+		return l.files(f, n)
+	}
+	if d := l.dir(n); d != "" && !f.exists(d) {
+		return fileState{}
+	}
+	return f.snapshot(l.dir(n))
+}
+
+// onDisk reports whether step n has files on disk (the single layout's
+// folder always counts).
+func (l fuzzLayout) onDisk(f *fz, n int64) bool {
+	return l.name == "single" || len(l.state(f, n)) > 0
+}
+
+func (l fuzzLayout) remove(f *fz, n int64) {
+	if l.removeStep != nil {
+		l.removeStep(f, n)
+		return
+	}
+	f.remove(l.dir(n))
+}
+
+func (l fuzzLayout) stepKey(n int64) string {
+	if l.key != nil {
+		return l.key(n)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (l fuzzLayout) manifestKey(m *manifest.Manifest) string {
+	switch {
+	case l.name == "single":
+		return "single"
+	case l.keyOf != nil:
+		return l.keyOf(m)
+	}
+	return strconv.FormatInt(m.Step, 10)
 }
 
 func fuzzLayouts() []fuzzLayout {
@@ -47,6 +104,9 @@ func fuzzLayouts() []fuzzLayout {
 			name: "single", dir: func(int64) string { return "" },
 			save: saveSingle, cleanup: func(f *fz, _ int64) { f.remove("model_best.pth.tar") },
 		},
+		composerFuzzLayout(),
+		flatFuzzLayout(),
+		flatCounterFuzzLayout(),
 	}
 }
 

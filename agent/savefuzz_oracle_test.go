@@ -11,7 +11,8 @@ import (
 )
 
 // check is the oracle: it returns what the agent got wrong, "" if nothing.
-func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted, gone map[string]bool, left []int64, flushErr error) string {
+// lost is how many steps the agent reported lost.
+func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, lost int, left []int64, flushErr error) string {
 	var problems []string
 	rec.mu.Lock()
 	seen := append([]*manifest.Manifest(nil), rec.seen...)
@@ -21,14 +22,11 @@ func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted
 	latest := map[string]fileState{}
 	var newestSingle int64 = -1
 	for _, m := range seen {
-		key := strconv.FormatInt(m.Step, 10)
-		if l.name == "single" {
-			key = "single"
-		}
+		key := l.manifestKey(m)
 		got := manifestState(m, l.generated)
 		if !f.wasCompleted(key, got) {
-			problems = append(problems, fmt.Sprintf("step %d revision %d committed %v, a state the trainer never completed (its completed states: %v)",
-				m.Step, m.Revision, got, f.complete[key]))
+			problems = append(problems, fmt.Sprintf("step %d (%s) revision %d committed %v, a state the trainer never completed (its completed states: %v)",
+				m.Step, key, m.Revision, got, f.complete[key]))
 		}
 		if l.name == "single" {
 			if m.Step >= newestSingle {
@@ -39,24 +37,34 @@ func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, deleted
 		latest[key] = got
 	}
 	// Every step whose last completed state is on disk is committed so.
+	var unnumbered []string
 	for key, states := range f.complete {
 		last := states[len(states)-1]
-		dir := ""
-		if key != "single" {
+		var now fileState
+		if key == "single" {
+			now = f.snapshot("")
+		} else if n, ok := f.numbers[key]; ok {
+			now = l.state(f, n)
+		} else {
 			n, _ := strconv.ParseInt(key, 10, 64)
-			dir = l.dir(n)
+			now = l.state(f, n)
 		}
 		switch {
-		case deleted[key]:
+		case f.deleted[key] && latest[key] == nil && l.key != nil:
+			unnumbered = append(unnumbered, key) // lost, counted in metrics only
+		case f.deleted[key]:
 			if latest[key] == nil && !reportedLost(st, key) {
 				problems = append(problems, fmt.Sprintf("step %s was completed, then deleted from disk, and is neither committed nor reported lost", key))
 			}
-		case gone[key] || !f.exists(dir) && dir != "":
-		case key == "single" && maps.Equal(f.snapshot(dir), last) && !holdsAll(latest[key], last):
+		case f.gone[key] || len(now) == 0 || holdsTemp(last):
+		case key == "single" && maps.Equal(now, last) && !holdsAll(latest[key], last):
 			problems = append(problems, fmt.Sprintf("the folder's last completed state %v is on disk, but the latest version holds %v", last, latest[key]))
-		case key != "single" && maps.Equal(f.snapshot(dir), last) && !maps.Equal(latest[key], last):
+		case key != "single" && maps.Equal(now, last) && !maps.Equal(latest[key], last):
 			problems = append(problems, fmt.Sprintf("step %s: its last completed state %v is on disk, but the bucket holds %v", key, last, latest[key]))
 		}
+	}
+	if len(unnumbered) > lost {
+		problems = append(problems, fmt.Sprintf("steps %v were completed, then deleted from disk, and are not committed; %d reported lost", unnumbered, lost))
 	}
 	if flushErr != nil || len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("flush: %v (not committed: %v)", flushErr, left))

@@ -8,15 +8,19 @@ import (
 	"maps"
 	"math/rand"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -41,7 +45,9 @@ import (
 //
 // FERRY_FUZZ_SEEDS sets how many schedules run (default 10; `make
 // test-writers` runs 200, `make fuzz-agent SEEDS=N` any number),
-// FERRY_FUZZ_FIRST the first seed, FERRY_FUZZ_PARALLEL how many at once.
+// FERRY_FUZZ_FIRST the first seed, FERRY_FUZZ_PARALLEL how many at once,
+// FERRY_FUZZ_LAYOUT some layouts alone, comma-separated (seed N then runs
+// the N-th of those, not the rotation's).
 // A failing seed prints its schedule; add it as a writer-pattern row.
 func TestSaveScheduleFuzz(t *testing.T) {
 	if testing.Short() {
@@ -50,6 +56,12 @@ func TestSaveScheduleFuzz(t *testing.T) {
 	seeds, first, parallel := envInt("FERRY_FUZZ_SEEDS", 10), envInt("FERRY_FUZZ_FIRST", 1), envInt("FERRY_FUZZ_PARALLEL", 6)
 	srv := s3test.Shared(t)
 	layouts := fuzzLayouts()
+	if only := os.Getenv("FERRY_FUZZ_LAYOUT"); only != "" {
+		layouts = slices.DeleteFunc(layouts, func(l fuzzLayout) bool { return !slices.Contains(strings.Split(only, ","), l.name) })
+		if len(layouts) == 0 {
+			t.Fatalf("FERRY_FUZZ_LAYOUT=%s: no such fuzzer layout", only)
+		}
+	}
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -111,19 +123,26 @@ func (r *recordingStore) Put(ctx context.Context, key string, body io.ReadSeeker
 
 // runSchedule runs one seed's schedule and checks the oracle.
 func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
-	f := &fz{rng: rand.New(rand.NewSource(seed)), dir: t.TempDir(), complete: map[string][]fileState{}}
+	f := &fz{rng: rand.New(rand.NewSource(seed)), dir: t.TempDir(), complete: map[string][]fileState{},
+		deleted: map[string]bool{}, gone: map[string]bool{}}
 	rec := &recordingStore{Store: srv.Store(t, srv.NewBucket(t)), prefix: "run"}
 	state, err := os.MkdirTemp("", "fz")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(state)
+	det := detect.Options{Dir: f.dir, Layout: "auto", CloseWrite: true}
+	if l.options != nil {
+		l.options(&det)
+	}
+	reg := prometheus.NewRegistry()
 	a, err := New(Options{ // the CLI's defaults (cmd/ferry cmd_agent_flags.go)
 		Store: rec, Prefix: "run", URL: "s3://fuzz/run", StateDir: state,
-		Detect:   detect.Options{Dir: f.dir, Layout: "auto", CloseWrite: true},
+		Detect:   det,
 		Pipeline: true, WhenBehind: NewestFirst,
-		Upload: uploader.Options{PartSize: 64 << 20, Concurrency: uploader.DefaultConcurrency, DropCache: true},
-		Logger: zaptest.NewLogger(t).Named(l.name),
+		Upload:  uploader.Options{PartSize: 64 << 20, Concurrency: uploader.DefaultConcurrency, DropCache: true},
+		Metrics: control.NewMetrics(reg),
+		Logger:  zaptest.NewLogger(t).Named(l.name),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +151,7 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	<-a.watching
-	lost, gone := f.play(l)
+	f.play(l)
 	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	left, ferr := a.Flush(fctx)
 	fcancel()
@@ -141,7 +160,7 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	if err := <-done; err != nil {
 		t.Errorf("agent: %v", err)
 	}
-	if msg := f.check(l, rec, st, lost, gone, left, ferr); msg != "" {
+	if msg := f.check(l, rec, st, lostCount(t, reg), left, ferr); msg != "" {
 		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
 		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
 			_ = os.CopyFS(filepath.Join(d, fmt.Sprintf("seed-%d", seed)), os.DirFS(f.dir))
@@ -150,10 +169,10 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 }
 
 // play runs the schedule: saves (some killed halfway, some re-saving an
-// earlier step), pauses, cleanups and quick deletions. It returns the steps
-// it deleted after the trainer completed them.
-func (f *fz) play(l fuzzLayout) (deleted, gone map[string]bool) {
-	deleted, gone = map[string]bool{}, map[string]bool{}
+// earlier step), pauses, cleanups and quick deletions. It records in
+// f.deleted the steps it deleted whole after the trainer completed them,
+// in f.gone the others it deleted or cut.
+func (f *fz) play(l fuzzLayout) {
 	var onDisk []int64
 	next := int64(100)
 	for range 2 + f.rng.Intn(4) {
@@ -171,9 +190,11 @@ func (f *fz) play(l fuzzLayout) (deleted, gone map[string]bool) {
 		}
 		l.save(f, n)
 		f.dead = false
-		if f.exists(l.dir(n)) && !containsStep(onDisk, n) {
+		if l.onDisk(f, n) && !containsStep(onDisk, n) {
 			onDisk = append(onDisk, n)
 		}
+		// Steps the save itself removed (Composer's rotation) are gone.
+		onDisk = slices.DeleteFunc(onDisk, func(s int64) bool { return !l.onDisk(f, s) })
 		// The next save comes after training steps, or after a restart:
 		// never within the clock tick of this save's marker, where
 		// modification times cannot order two writes (docs/agent.md).
@@ -182,31 +203,78 @@ func (f *fz) play(l fuzzLayout) (deleted, gone map[string]bool) {
 		case 0:
 			if len(onDisk) > 1 || l.name == "single" {
 				f.note("cleanup of an older step")
-				l.cleanup(f, onDisk[0])
-				if l.name == "single" && f.exists("checkpoint.pth.tar") {
-					f.completed("single", "")
-				}
+				f.cleanup(l, onDisk[0])
 			}
 		case 1:
 			if l.name != "single" && len(onDisk) > 0 {
 				victim := onDisk[len(onDisk)-1]
-				key := strconv.FormatInt(victim, 10)
 				f.note("delete step %d soon after its save", victim)
 				time.Sleep(time.Duration(400+f.rng.Intn(1100)) * time.Millisecond)
-				states := f.complete[key]
-				// Only a step whose last completed state is what is
-				// deleted was complete when it went.
-				if len(states) > 0 && maps.Equal(f.snapshot(l.dir(victim)), states[len(states)-1]) {
-					deleted[key] = true
-				} else {
-					gone[key] = true
-				}
-				f.remove(l.dir(victim))
+				f.removeWhole(l, victim)
 				onDisk = onDisk[:len(onDisk)-1]
 			}
 		}
 	}
-	return deleted, gone
+}
+
+// cleanup runs the layout's cleanup of an older step n.
+func (f *fz) cleanup(l fuzzLayout, n int64) {
+	if l.name != "single" {
+		f.cut(l, n, func() { l.cleanup(f, n) })
+		return
+	}
+	l.cleanup(f, n)
+	if f.exists("checkpoint.pth.tar") {
+		f.completed("single", "")
+	}
+}
+
+// removeWhole deletes step n whole: only a step whose last completed state
+// is what is deleted was complete when it went.
+func (f *fz) removeWhole(l fuzzLayout, n int64) {
+	key := l.stepKey(n)
+	states := f.complete[key]
+	if len(states) > 0 && maps.Equal(l.state(f, n), states[len(states)-1]) && !holdsTemp(states[len(states)-1]) {
+		f.deleted[key] = true
+	} else {
+		f.gone[key] = true
+	}
+	l.remove(f, n)
+}
+
+// cut runs del, which deletes part or all of step n: a step deleted whole
+// from its last completed state was complete when it went; one cut, or
+// deleted from another state, is gone (it may stay uncommitted, but no
+// state of it the trainer did not complete may be committed).
+func (f *fz) cut(l fuzzLayout, n int64, del func()) {
+	key := l.stepKey(n)
+	states := f.complete[key]
+	whole := len(states) > 0 && maps.Equal(l.state(f, n), states[len(states)-1]) && !holdsTemp(states[len(states)-1])
+	del()
+	if whole && len(l.state(f, n)) == 0 {
+		f.deleted[key] = true
+	} else if !maps.Equal(l.state(f, n), lastOf(states)) {
+		f.gone[key] = true
+	}
+}
+
+// holdsTemp reports whether a state holds a file under a temporary name
+// (a killed writer's, left beside the files of a later save): docs/agent.md
+// says such a step waits, with a warning, until the name is gone.
+func holdsTemp(s fileState) bool {
+	for p := range s {
+		if detect.IsTempName(path.Base(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+func lastOf(s []fileState) fileState {
+	if len(s) == 0 {
+		return nil
+	}
+	return s[len(s)-1]
 }
 
 // minSaveGap is the least time between the end of a save and the next.
@@ -219,4 +287,19 @@ func containsStep(s []int64, n int64) bool {
 		}
 	}
 	return false
+}
+
+// lostCount reads ferry_steps_lost_total: counted flat steps reported lost
+// have no number to show in status.
+func lostCount(t *testing.T, reg *prometheus.Registry) int {
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ferry_steps_lost_total" && len(mf.GetMetric()) > 0 {
+			return int(mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	return 0
 }
