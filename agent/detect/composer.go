@@ -21,9 +21,11 @@ import (
 //     its "latest-rank{R}.pt" symlink at it. So any rank whose latest-rank
 //     link names an earlier batch is still saving and holds the step back,
 //     whether or not its file has appeared yet; a rank whose link names
-//     the batch has finished its file (a step every rank's link declared
-//     so stays complete when a rolled-back run repoints the links at an
-//     earlier batch, its files unchanged: declare.go's keepPointed). With
+//     the batch has finished its file, if ferry saw its link naming the
+//     batch after the file's last write (declare.go's keepPointed and
+//     linkedWhileWatched: a rank's part of a batch rotated away after the
+//     links declared it holds the step; a rolled-back run repointing the
+//     links at an earlier batch takes nothing from it). With
 //     Options.ExpectedRanks that many
 //     finished ranks prove the step (ProofRanks); without links (the first
 //     save, or latest disabled) only the settle window decides.

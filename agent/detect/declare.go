@@ -3,6 +3,8 @@ package detect
 import (
 	"fmt"
 	"io"
+	"path"
+	"strconv"
 	"time"
 )
 
@@ -36,7 +38,9 @@ type declaration struct {
 // new or rewritten and names the step.
 func (w *Watcher) declared(c *Candidate) string {
 	w.keepDeclared(c)
-	w.keepPointed(c)
+	if why := w.keepPointed(c); why != "" {
+		return why
+	}
 	if !c.Finished || c.Step.Marker == "" || c.ByTrainer {
 		return ""
 	}
@@ -181,32 +185,106 @@ func (w *Watcher) keepDeclared(c *Candidate) {
 }
 
 // keepPointed does for per-rank pointers (Composer's latest-rank links,
-// each repointed by its rank after its file) what keepDeclared does for a
-// marker: a step is declared when every file's rank names it, or a later
-// step, after writing it; a rolled-back run that repoints the links at an
-// earlier batch takes nothing from a step they declared complete before,
-// while its files are exactly those.
-func (w *Watcher) keepPointed(c *Candidate) {
+// each repointed by its rank after its file) what declared and
+// keepDeclared do for a marker: a step is declared when every file's rank
+// names it, or a later step, after writing it. A declared file deleted
+// since (a rank rotating the batch away while another rank, killed, never
+// does) is not a state the trainer saved: it returns why. A rolled-back
+// run that repoints the links at an earlier batch takes nothing from a
+// step they declared complete before, while its files are exactly those.
+func (w *Watcher) keepPointed(c *Candidate) string {
 	if c.Step.Marker != "" || c.Proof != ProofRanks || c.ByTrainer {
-		return
+		return ""
 	}
 	id := c.id()
-	if c.Held == "" && c.Finished && !c.Stale && len(c.Step.Files) > 0 && len(c.Ranks) == len(c.Step.Files) {
-		files := make(map[string]stat, len(c.Step.Files))
-		for _, f := range c.Step.Files {
-			files[f.RelPath] = stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
-		}
-		w.decls[id] = &declaration{files: files}
-		return
+	now := make(map[string]stat, len(c.Step.Files))
+	for _, f := range c.Step.Files {
+		now[f.RelPath] = stat{f.RelPath, f.Size, f.ModTime.UnixNano()}
 	}
 	d := w.decls[id]
-	if !c.PointedBack || d == nil || len(d.files) != len(c.Step.Files) {
-		return
+	if d != nil {
+		for p := range d.files {
+			if _, ok := now[p]; !ok {
+				return fmt.Sprintf("%s was deleted after every rank's latest link declared the step complete (a rotation or cleanup): this is not a state the trainer saved", p)
+			}
+		}
 	}
-	for _, f := range c.Step.Files {
-		if d.files[f.RelPath] != (stat{f.RelPath, f.Size, f.ModTime.UnixNano()}) {
-			return
+	if why := w.linkedWhileWatched(c); why != "" {
+		return why
+	}
+	if c.Held == "" && c.Finished && !c.Stale && len(c.Step.Files) > 0 && len(c.Ranks) == len(c.Step.Files) {
+		w.decls[id] = &declaration{files: now}
+		return ""
+	}
+	if !c.PointedBack || d == nil || len(d.files) != len(now) {
+		return ""
+	}
+	for p, s := range d.files {
+		if now[p] != s {
+			return ""
 		}
 	}
 	c.Held, c.PointedBack = "", false
+	return ""
+}
+
+// linkedWhileWatched returns why a file of c is not vouched for by its
+// rank's link, which names a later batch now, or "": as for a pointer
+// (namedWhileWatched), a rank whose save of this batch was interrupted
+// before it repointed its link, and which saved a later batch since, has
+// a link newer than the interrupted file naming a later batch. A step ferry
+// saw being written is vouched for only by each rank's link seen naming it
+// after that rank's file was written.
+func (w *Watcher) linkedWhileWatched(c *Candidate) string {
+	st := w.states[c.id()]
+	if st == nil || !st.bornWatched || w.remote {
+		return ""
+	}
+	for _, f := range c.Step.Files {
+		if f.Rank == nil {
+			continue
+		}
+		p := "latest-rank" + strconv.Itoa(*f.Rank) + ".pt"
+		e, ok := w.tree.Get(p)
+		if !ok || !e.IsSymlink() {
+			continue
+		}
+		if b, ok := composerBatch(path.Base(e.Target)); !ok || b <= c.Step.Number {
+			continue
+		}
+		if at, ok := w.linked[p][c.Step.Number]; ok && !at.Before(f.ModTime) {
+			continue
+		}
+		return fmt.Sprintf("%s names a later batch and was not seen naming this one after %s was written: the save of this batch was interrupted before its rank's link", p, f.RelPath)
+	}
+	return ""
+}
+
+// noteLinks records when each of Composer's latest-rank links was seen
+// naming each batch (its modification time), as notePointer does for one
+// pointer file.
+func (w *Watcher) noteLinks() {
+	if _, ok := chosenLayout(w.layout).(composerLayout); !ok {
+		return
+	}
+	if w.linked == nil || len(w.linked) > 1<<10 {
+		w.linked = map[string]map[int64]time.Time{}
+	}
+	for _, e := range w.tree.Children("") {
+		if !e.IsSymlink() || !composerLatest.MatchString(e.Name()) {
+			continue
+		}
+		b, ok := composerBatch(path.Base(e.Target))
+		if !ok {
+			continue
+		}
+		m := w.linked[e.Path]
+		if m == nil || len(m) > 1<<14 {
+			m = map[int64]time.Time{}
+			w.linked[e.Path] = m
+		}
+		if e.ModTime.After(m[b]) {
+			m[b] = e.ModTime
+		}
+	}
 }

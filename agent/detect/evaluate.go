@@ -122,6 +122,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	}
 	w.numbers.Store(&numbers)
 	w.notePointer()
+	w.noteLinks()
 	defer func() { w.watchedOnce = true }()
 	name := effectiveName(e.layout)
 	w.chosen.Store(&name)
@@ -154,7 +155,10 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 			p.Declared = false // changed since the trainer declared it
 		}
 		st.due = due
-		st.settling = p != nil && p.State == "settling"
+		// A complete step held because part of it was deleted since
+		// its marker declared it (a cleanup, a rotation) was complete:
+		// should the rest go too, it is reported lost.
+		st.settling = p != nil && p.State == "settling" || undeclared && st.settling
 		if st.settling {
 			w.writingStep(&c) // what a Lost event shows
 		}

@@ -125,6 +125,70 @@ func TestComposerRollbackKeepsDeclaredStep(t *testing.T) {
 	}
 }
 
+// Composer ranks rotate their own files: rank 0 saves batch 200 and
+// removes its file of batch 100, and the job dies before rank 1 saves. What
+// is left of batch 100, rank 1's file under a link that names it, was never
+// a state the trainer saved: it waits with the reason, and once rank 1's
+// file goes too the step, complete before, is reported lost (fuzzer seed
+// 900, composer).
+func TestComposerRotationShrinkingADeclaredStep(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "ep0-ba100-rank0.pt", "r0 b100")
+	write(t, dir, "ep0-ba100-rank1.pt", "r1 b100")
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba100-rank0.pt")
+	symlink(t, dir, "latest-rank1.pt", "ep0-ba100-rank1.pt")
+	age(t, dir)
+	h := newHarness(t, dir, Options{Layout: "composer"})
+	h.expect(0)
+	write(t, dir, "ep0-ba200-rank0.pt", "r0 b200")
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba200-rank0.pt")
+	if err := os.Remove(filepath.Join(dir, "ep0-ba100-rank0.pt")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(testSettle / 2)
+	h.expect(time.Hour)
+	p := h.w.Pending()
+	if len(p) != 2 || p[0].Step != 100 || !strings.Contains(p[0].Reason, "ep0-ba100-rank0.pt was deleted after") {
+		t.Fatalf("pending %+v, want step 100 held: part of it was rotated away", p)
+	}
+	if err := os.Remove(filepath.Join(dir, "ep0-ba100-rank1.pt")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(0, "lost 100")
+}
+
+// A Composer job killed after rank 0 saved batch 200 and removed its link,
+// before rank 1 saved: the restarted job saves batch 300 on both ranks, so
+// every link names a later batch and none is behind. Rank 0's file of 200
+// was never vouched for by its link (ferry never saw it naming 200): the
+// step waits with the reason, never committed (fuzzer seed 42, composer).
+func TestComposerSaveInterruptedBeforeItsLink(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "ep0-ba100-rank0.pt", "r0 b100")
+	write(t, dir, "ep0-ba100-rank1.pt", "r1 b100")
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba100-rank0.pt")
+	symlink(t, dir, "latest-rank1.pt", "ep0-ba100-rank1.pt")
+	age(t, dir)
+	h := newHarness(t, dir, Options{Layout: "composer"})
+	h.expect(0)
+	h.expect(testSettle, "complete 100")
+	write(t, dir, "ep0-ba200-rank0.pt", "r0 b200")
+	if err := os.Remove(filepath.Join(dir, "latest-rank0.pt")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(0)
+	write(t, dir, "ep1-ba300-rank0.pt", "r0 b300")
+	symlink(t, dir, "latest-rank0.pt", "ep1-ba300-rank0.pt")
+	write(t, dir, "ep1-ba300-rank1.pt", "r1 b300")
+	symlink(t, dir, "latest-rank1.pt", "ep1-ba300-rank1.pt")
+	h.expect(0)
+	h.expect(testSettle, "complete 300")
+	h.expect(time.Hour)
+	if p := h.w.Pending(); len(p) != 1 || p[0].Step != 200 || !strings.Contains(p[0].Reason, "was not seen naming this one") {
+		t.Fatalf("pending %+v, want step 200 waiting: its rank's link never named it", p)
+	}
+}
+
 // Megatron: the tracker proves a step only when seen changing to name it.
 func TestMegatronProofNeedsTrackerChange(t *testing.T) {
 	dir := t.TempDir()

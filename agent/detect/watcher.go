@@ -28,6 +28,9 @@ type Watcher struct {
 	// step; watchedOnce is set after Run's first evaluation.
 	pointed     map[int64]time.Time
 	watchedOnce bool
+	// linked is, per Composer latest-rank link, when it was last seen
+	// naming each batch (declare.go).
+	linked map[string]map[int64]time.Time
 	// trainer holds the steps the trainer declared complete.
 	trainer *byTrainer
 	// numbers are the step numbers the last evaluation found.
