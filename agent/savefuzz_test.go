@@ -204,6 +204,9 @@ func (f *fz) play(l fuzzLayout) {
 			if len(onDisk) > 1 || l.name == "single" {
 				f.note("cleanup of an older step")
 				f.cleanup(l, onDisk[0])
+				// A whole step deleted (flat, Composer) is no longer
+				// one a rolled-back run saves again.
+				onDisk = slices.DeleteFunc(onDisk, func(s int64) bool { return !l.onDisk(f, s) })
 			}
 		case 1:
 			if l.name != "single" && len(onDisk) > 0 {
