@@ -229,7 +229,8 @@ func (w *Watcher) keepPointed(c *Candidate) string {
 }
 
 // linkedWhileWatched returns why a file of c is not vouched for by its
-// rank's link, which names a later batch now, or "": as for a pointer
+// rank's link, which names a later batch now or is missing while other
+// ranks' links exist, or "": as for a pointer
 // (namedWhileWatched), a rank whose save of this batch was interrupted
 // before it repointed its link, and which saved a later batch since, has
 // a link newer than the interrupted file naming a later batch. A step ferry
@@ -246,16 +247,17 @@ func (w *Watcher) linkedWhileWatched(c *Candidate) string {
 		}
 		p := "latest-rank" + strconv.Itoa(*f.Rank) + ".pt"
 		e, ok := w.tree.Get(p)
-		if !ok || !e.IsSymlink() {
-			continue
-		}
-		if b, ok := composerBatch(path.Base(e.Target)); !ok || b <= c.Step.Number {
-			continue
+		what := "is missing"
+		if ok && e.IsSymlink() {
+			if b, ok := composerBatch(path.Base(e.Target)); !ok || b <= c.Step.Number {
+				continue
+			}
+			what = "names a later batch"
 		}
 		if at, ok := w.linked[p][c.Step.Number]; ok && !at.Before(f.ModTime) {
 			continue
 		}
-		return fmt.Sprintf("%s names a later batch and was not seen naming this one after %s was written: the save of this batch was interrupted before its rank's link", p, f.RelPath)
+		return fmt.Sprintf("%s %s and was not seen naming this batch after %s was written: the save of this batch was interrupted before its rank's link", p, what, f.RelPath)
 	}
 	return ""
 }

@@ -184,8 +184,22 @@ func TestComposerSaveInterruptedBeforeItsLink(t *testing.T) {
 	h.expect(0)
 	h.expect(testSettle, "complete 300")
 	h.expect(time.Hour)
-	if p := h.w.Pending(); len(p) != 1 || p[0].Step != 200 || !strings.Contains(p[0].Reason, "was not seen naming this one") {
+	if p := h.w.Pending(); len(p) != 1 || p[0].Step != 200 || !strings.Contains(p[0].Reason, "names a later batch and was not seen naming this batch") {
 		t.Fatalf("pending %+v, want step 200 waiting: its rank's link never named it", p)
+	}
+	// Killed again, between rank 1's file of batch 400 and its new link,
+	// after rank 0 saved 400: rank 1's file of 400 is whole, but its
+	// link, missing, never named it (fuzzer seed 180, composer).
+	write(t, dir, "ep1-ba400-rank0.pt", "r0 b400")
+	symlink(t, dir, "latest-rank0.pt", "ep1-ba400-rank0.pt")
+	write(t, dir, "ep1-ba400-rank1.pt", "r1 b400")
+	if err := os.Remove(filepath.Join(dir, "latest-rank1.pt")); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(0)
+	h.expect(time.Hour)
+	if p := h.w.Pending(); len(p) != 2 || p[1].Step != 400 || !strings.Contains(p[1].Reason, "latest-rank1.pt is missing and was not seen naming this batch") {
+		t.Fatalf("pending %+v, want step 400 waiting: rank 1's link is gone", p)
 	}
 }
 
