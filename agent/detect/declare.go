@@ -3,7 +3,9 @@ package detect
 import (
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -254,7 +256,7 @@ func (w *Watcher) linkedWhileWatched(c *Candidate) string {
 			}
 			what = "names a later batch"
 		}
-		if at, ok := w.linked[p][c.Step.Number]; ok && !at.Before(f.ModTime) {
+		if at, ok := w.linked[p][c.Step.Number]; ok && !at.Before(f.ModTime) || !w.gapSince(p, f.ModTime, c.Step.Number) {
 			continue
 		}
 		return fmt.Sprintf("%s %s and was not seen naming this batch after %s was written: the save of this batch was interrupted before its rank's link", p, what, f.RelPath)
@@ -264,29 +266,89 @@ func (w *Watcher) linkedWhileWatched(c *Candidate) string {
 
 // noteLinks records when each of Composer's latest-rank links was seen
 // naming each batch (its modification time), as notePointer does for one
-// pointer file.
+// pointer file; noteLink does it for one link at its event, so that a
+// link repointed twice within one debounce window is seen naming both.
 func (w *Watcher) noteLinks() {
-	if _, ok := chosenLayout(w.layout).(composerLayout); !ok {
+	for _, e := range w.tree.Children("") {
+		if e.IsSymlink() {
+			w.recordLink(e.Path, e.Target, e.ModTime)
+		}
+	}
+	for rel := range w.linked {
+		if e, ok := w.tree.Get(rel); !ok || !e.IsSymlink() {
+			w.observeLink(rel, -1)
+		}
+	}
+}
+
+// noteLink reads the link rel in the root from disk, if it is one of
+// Composer's latest-rank links, and records what it names.
+func (w *Watcher) noteLink(rel string) {
+	if !composerLatest.MatchString(rel) {
 		return
 	}
+	p := filepath.Join(w.tree.root, rel)
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		w.observeLink(rel, -1)
+		return
+	}
+	if target, err := os.Readlink(p); err == nil {
+		w.recordLink(rel, target, fi.ModTime())
+	}
+}
+
+// linkSeen is one look at a latest-rank link: when, and the batch it named
+// (-1: missing).
+type linkSeen struct {
+	at    time.Time
+	batch int64
+}
+
+// observeLink keeps the newest looks at a link.
+func (w *Watcher) observeLink(rel string, batch int64) {
+	if w.looks == nil || len(w.looks) > 1<<10 {
+		w.looks = map[string][]linkSeen{}
+	}
+	l := append(w.looks[rel], linkSeen{time.Now(), batch})
+	if len(l) > 64 {
+		l = l[len(l)-64:]
+	}
+	w.looks[rel] = l
+}
+
+// gapSince reports whether the link rel was seen missing or naming a batch
+// before batch b after the time since: its rank wrote a file of b and had
+// not repointed its link when ferry looked. Without such a look nothing
+// says the rank's save of b was interrupted (it may have repointed and
+// moved on between two looks).
+func (w *Watcher) gapSince(rel string, since time.Time, b int64) bool {
+	for _, l := range w.looks[rel] {
+		if !l.at.Before(since) && l.batch < b {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *Watcher) recordLink(rel, target string, mtime time.Time) {
+	if !composerLatest.MatchString(rel) {
+		return
+	}
+	b, ok := composerBatch(path.Base(target))
+	if !ok {
+		return
+	}
+	w.observeLink(rel, b)
 	if w.linked == nil || len(w.linked) > 1<<10 {
 		w.linked = map[string]map[int64]time.Time{}
 	}
-	for _, e := range w.tree.Children("") {
-		if !e.IsSymlink() || !composerLatest.MatchString(e.Name()) {
-			continue
-		}
-		b, ok := composerBatch(path.Base(e.Target))
-		if !ok {
-			continue
-		}
-		m := w.linked[e.Path]
-		if m == nil || len(m) > 1<<14 {
-			m = map[int64]time.Time{}
-			w.linked[e.Path] = m
-		}
-		if e.ModTime.After(m[b]) {
-			m[b] = e.ModTime
-		}
+	m := w.linked[rel]
+	if m == nil || len(m) > 1<<14 {
+		m = map[int64]time.Time{}
+		w.linked[rel] = m
+	}
+	if mtime.After(m[b]) {
+		m[b] = mtime
 	}
 }

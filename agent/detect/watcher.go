@@ -31,6 +31,7 @@ type Watcher struct {
 	// linked is, per Composer latest-rank link, when it was last seen
 	// naming each batch (declare.go).
 	linked map[string]map[int64]time.Time
+	looks  map[string][]linkSeen
 	// trainer holds the steps the trainer declared complete.
 	trainer *byTrainer
 	// numbers are the step numbers the last evaluation found.
@@ -264,6 +265,7 @@ func (l *loop) event(ev fsnotify.Event) {
 	l.dirty[rel] = struct{}{}
 	if !strings.Contains(rel, "/") {
 		l.w.notePointer() // cheap: one small read, root events only
+		l.w.noteLink(rel)
 	}
 	if ev.Has(fsnotify.Create) {
 		l.created[rel] = true
