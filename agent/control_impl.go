@@ -73,12 +73,13 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 		onDisk, stuck := a.waitingOnDisk()
 		// recording: a step durable whose journal entry is not
 		// written yet.
-		if len(pending) == 0 && onDisk == 0 && recording == 0 {
+		if len(pending) == 0 && len(onDisk) == 0 && recording == 0 {
 			return a.stuckError(stuck)
 		}
 		select {
 		case <-ctx.Done():
-			return append(a.unfinished(), stuckSteps(stuck)...), &control.WaitingError{Err: ctx.Err(), For: a.waitingFor()}
+			onDisk, stuck = a.waitingOnDisk()
+			return append(a.unfinished(), stuckSteps(stuck)...), &control.WaitingError{Err: ctx.Err(), For: a.waitingFor(onDisk)}
 		case <-changed:
 		case <-tick.C:
 		}
@@ -86,8 +87,9 @@ func (a *Agent) Flush(ctx context.Context) ([]int64, error) {
 }
 
 // waitingFor says what a flush still waits for, for its timeout's answer:
-// up to four steps with their state and reason.
-func (a *Agent) waitingFor() string {
+// the agent's steps not durable yet, then onDisk (waitingOnDisk), up to
+// four in all.
+func (a *Agent) waitingFor(onDisk []string) string {
 	var why []string
 	a.mu.Lock()
 	for _, n := range slices.Sorted(maps.Keys(a.steps)) {
@@ -103,22 +105,7 @@ func (a *Agent) waitingFor() string {
 		why = append(why, "a durable step's journal entry")
 	}
 	a.mu.Unlock()
-	settle := a.opts.Detect.Settle
-	if settle <= 0 {
-		settle = detect.DefaultSettle
-	}
-	for _, p := range a.watcher.Pending() {
-		if p.State == "settling" || time.Since(p.Since) < settle {
-			name := fmt.Sprintf("step %d", p.Step)
-			if p.Step < 0 {
-				name = p.Root
-			}
-			why = append(why, fmt.Sprintf("%s on disk %s: %s", name, p.State, p.Reason))
-		}
-	}
-	if a.watcher.Recognizing() {
-		why = append(why, "--layout auto has not placed the files it sees yet")
-	}
+	why = append(why, onDisk...)
 	if len(why) > 4 {
 		why = append(why[:4], fmt.Sprintf("and %d more", len(why)-4))
 	}
@@ -144,24 +131,21 @@ func (a *Agent) syncWatcher(ctx context.Context) error {
 	return nil
 }
 
-// waitingOnDisk counts the steps on disk that flush waits for (settling,
-// or still being written), and returns those that wait for something that
-// has not come for a settle window: a marker, a rank, a fresh marker
-// after a re-save, a torn file made whole. The trainer seems to be done
-// with those, and they are not durable.
-func (a *Agent) waitingOnDisk() (waiting int, stuck []detect.Pending) {
+// waitingOnDisk describes what on disk flush waits for (steps settling or
+// still being written, files auto has not placed yet), and returns the
+// steps that wait for something that has not come for a settle window: a
+// marker, a rank, a fresh marker after a re-save, a torn file made whole.
+// The trainer seems to be done with those, and they are not durable.
+func (a *Agent) waitingOnDisk() (waiting []string, stuck []detect.Pending) {
 	settle := a.opts.Detect.Settle
 	if settle <= 0 {
 		settle = detect.DefaultSettle
 	}
 	last := a.lastCommitted()
-	if a.watcher.Recognizing() {
-		waiting++ // auto has not placed what it sees yet
-	}
 	for _, p := range a.watcher.Pending() {
 		switch {
 		case p.State == "settling" || time.Since(p.Since) < settle:
-			waiting++
+			waiting = append(waiting, fmt.Sprintf("%s on disk %s: %s", pendingName(p), p.State, p.Reason))
 		case p.Declared && (p.Step < 0 || p.Step > last):
 			// Declared written and not committable. A save killed
 			// halfway (no marker, a stale one, a torn file) is not
@@ -170,7 +154,19 @@ func (a *Agent) waitingOnDisk() (waiting int, stuck []detect.Pending) {
 			stuck = append(stuck, p)
 		}
 	}
+	if a.watcher.Recognizing() {
+		waiting = append(waiting, "--layout auto has not placed the files it sees yet")
+	}
 	return waiting, stuck
+}
+
+// pendingName names a step on disk: its number, or its folder for a step
+// the layout numbers only when it is reported.
+func pendingName(p detect.Pending) string {
+	if p.Step < 0 {
+		return p.Root
+	}
+	return fmt.Sprintf("step %d", p.Step)
 }
 
 // stuckError is Flush's answer when nothing is left to upload: nil, or
@@ -179,11 +175,7 @@ func (a *Agent) waitingOnDisk() (waiting int, stuck []detect.Pending) {
 func (a *Agent) stuckError(stuck []detect.Pending) ([]int64, error) {
 	var why []string
 	for _, p := range stuck {
-		name := fmt.Sprintf("step %d", p.Step)
-		if p.Step < 0 {
-			name = p.Root
-		}
-		why = append(why, name+" waits: "+p.Reason)
+		why = append(why, pendingName(p)+" waits: "+p.Reason)
 	}
 	if u := a.watcher.Unrecognized(); u != "" {
 		why = append(why, u)
