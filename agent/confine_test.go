@@ -61,8 +61,20 @@ func checkSwapNotFollowed(t *testing.T, poll bool) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The same sizes and mtimes as the files outside (the trainer can
+	// stat /etc/shadow and touch its own files): only the folder swap,
+	// not a changed stamp, tells them apart.
 	writeFile(t, filepath.Join(dir, "__0_0.distcp"), bytes.Repeat([]byte("w"), len(big)), 0o644)
-	writeFile(t, filepath.Join(dir, ".metadata"), []byte("metadata"), 0o644)
+	writeFile(t, filepath.Join(dir, ".metadata"), bytes.Repeat([]byte("m"), len(secret)), 0o644)
+	for _, name := range []string{"__0_0.distcp", ".metadata"} {
+		fi, err := os.Stat(filepath.Join(outside, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(dir, name), fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	select {
 	case <-swapped:
 	case <-time.After(30 * time.Second):

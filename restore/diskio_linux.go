@@ -105,3 +105,6 @@ func preallocate(f *os.File, n int64) error {
 func startWriteback(f *os.File, off, n int64) {
 	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+// openNonBlock opens without waiting: a FIFO's open returns at once.
+const openNonBlock = unix.O_NONBLOCK

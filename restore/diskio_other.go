@@ -16,3 +16,6 @@ func preallocate(f *os.File, n int64) error { return nil }
 // startWriteback is a no-op where sync_file_range does not exist; the
 // fsync before the rename does all the work.
 func startWriteback(f *os.File, off, n int64) {}
+
+// openNonBlock is 0 where no flag is known to keep open from waiting.
+const openNonBlock = 0

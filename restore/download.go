@@ -72,6 +72,10 @@ func (r *restorer) keep(ctx context.Context, job *fileJob) (bool, error) {
 	return keep, nil
 }
 
+// afterExistingLstat, when set by a test, runs between keepExisting's
+// look at a final path and its open, where a swap would land.
+var afterExistingLstat func(rel string)
+
 // keepExisting reports whether the final path already holds a regular file
 // with the manifest's size and BLAKE3, as after an interrupted restore.
 func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error) {
@@ -88,14 +92,20 @@ func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error)
 	if !fi.Mode().IsRegular() || fi.Size() != job.file.Size {
 		return false, nil
 	}
-	f, err := r.root.Open(job.rel)
+	if afterExistingLstat != nil {
+		afterExistingLstat(job.rel)
+	}
+	// Non-blocking: a FIFO swapped in since the Lstat must not hang the
+	// restore in open (the Stat below then tells it from the file).
+	f, err := r.root.OpenFile(job.rel, os.O_RDONLY|openNonBlock, 0)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
 	// The path was a regular file a moment ago; make sure it still is the
-	// same one and not a symlink swapped in.
-	if st, err := f.Stat(); err != nil || !os.SameFile(fi, st) {
+	// same one and not a symlink or a FIFO swapped in (whose inode number
+	// may be the freed file's).
+	if st, err := f.Stat(); err != nil || !os.SameFile(fi, st) || !st.Mode().IsRegular() {
 		return false, err
 	}
 	sum, err := r.hashFile(ctx, f, job.file.Size)

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // closeWatchMask is what the close watcher asks inotify for: closes after
@@ -201,19 +203,25 @@ func idOf(fi os.FileInfo) (fileID, bool) {
 // While the lease is held (microseconds), a writer's open(2) waits for its
 // release; one with O_NONBLOCK gets EWOULDBLOCK, which no trainer's
 // checkpoint writer uses.
-func openForWriting(abs string) (bool, error) {
-	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+//
+// The file is opened beneath root, following no link (internal/confine):
+// a folder swapped for a link since the scan is refused, so the agent,
+// often root, opens nothing outside the watched directory (through a link
+// to /dev, a device node).
+func openForWriting(root *confine.Dir, rel string) (bool, error) {
+	f, err := root.OpenFile(rel)
 	if err != nil {
 		return true, err
 	}
-	defer unix.Close(fd)
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK)
+	defer f.Close()
+	fd := f.Fd()
+	_, err = unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_RDLCK)
 	switch {
 	case err == nil:
-		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+		_, _ = unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_UNLCK)
 		return false, nil
 	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EBUSY):
 		return true, nil
 	}
-	return true, fmt.Errorf("read lease on %s: %w", abs, err)
+	return true, fmt.Errorf("read lease on %s: %w", f.Name(), err)
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // closeWatch is Linux-only; elsewhere the settle window decides.
@@ -22,4 +24,4 @@ func idOf(os.FileInfo) (fileID, bool)         { return fileID{}, false }
 func changeTime(os.FileInfo) time.Time        { return time.Time{} }
 
 // openForWriting cannot tell here: the settle window decides.
-func openForWriting(string) (bool, error) { return true, nil }
+func openForWriting(*confine.Dir, string) (bool, error) { return true, nil }

@@ -337,18 +337,20 @@ func fileDirs(c *Candidate) []string {
 // (lost events, writes through mmap, filesystems without events).
 func (w *Watcher) refreshDue(now time.Time) {
 	done := map[string]bool{}
-	for _, st := range w.states {
-		if st.reported || st.due.IsZero() || now.Before(st.due) {
-			continue
+	w.tree.within(func() {
+		for _, st := range w.states {
+			if st.reported || st.due.IsZero() || now.Before(st.due) {
+				continue
+			}
+			if st.root != "" {
+				w.scanDir(st.root, true, done)
+				continue
+			}
+			for _, d := range st.dirs {
+				w.scanDir(d, false, done)
+			}
 		}
-		if st.root != "" {
-			w.scanDir(st.root, true, done)
-			continue
-		}
-		for _, d := range st.dirs {
-			w.scanDir(d, false, done)
-		}
-	}
+	})
 }
 
 func (w *Watcher) scanDir(dir string, recursive bool, done map[string]bool) {
@@ -389,7 +391,7 @@ func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
 		case !recorded:
 			at = f.ModTime // closed before its watch existed (see closewrite.go)
 		}
-		open, err := openForWriting(abs)
+		open, err := w.tree.openForWriting(f.RelPath)
 		if err != nil && !w.warned["lease"] {
 			w.warned["lease"] = true
 			w.log.Info("cannot ask the kernel whether a file is still open for writing; steps wait out the settle window", zap.Error(err))

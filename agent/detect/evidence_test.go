@@ -309,3 +309,28 @@ func TestRunRecreatedFolderWatchedAtOnce(t *testing.T) {
 		t.Fatalf("step 100 reported with a shard of %d bytes", shardSize(ev))
 	}
 }
+
+// A step-named link tells nothing about what it points at: a link to a
+// folder outside, to a file and to nothing at all wait alike (a stat
+// through the link, as root, would say which exist).
+func TestSymlinkedStepFolderIsNoOracle(t *testing.T) {
+	elsewhere := t.TempDir()
+	write(t, elsewhere, "secret/mp_rank_00_model_states.pt", "m")
+	var reasons []string
+	for _, target := range []string{filepath.Join(elsewhere, "secret"), filepath.Join(elsewhere, "secret", "mp_rank_00_model_states.pt"), filepath.Join(elsewhere, "nothing")} {
+		dir := t.TempDir()
+		if err := os.Symlink(target, filepath.Join(dir, "global_step100")); err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, dir, Options{Layout: "deepspeed", Logger: zap.NewNop()})
+		h.expect(0)
+		p := h.w.Pending()
+		if len(p) != 1 || !strings.Contains(p[0].Reason, "symbolic link") {
+			t.Fatalf("link to %s: pending %+v, want the step waiting as a link", target, p)
+		}
+		reasons = append(reasons, strings.ReplaceAll(p[0].Reason, target, "TARGET"))
+	}
+	if reasons[0] != reasons[1] || reasons[1] != reasons[2] {
+		t.Fatalf("the waits differ by what the link points at: %q", reasons)
+	}
+}

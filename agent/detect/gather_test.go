@@ -67,3 +67,42 @@ func TestGatherFiles(t *testing.T) {
 		t.Errorf("a missing source: %v", err)
 	}
 }
+
+// TestLinkCheckNeverLooksOutside: a link whose target passes through a
+// folder outside the directory before coming back into it is skipped
+// whether or not that folder exists. Its check resolves links beneath the
+// directory only: the agent often runs as root, and resolving such a
+// chain with root's rights told the trainer, through the manifest,
+// whether a folder it cannot read exists (/root/.ssh, say). Chains that
+// stay inside, absolute or relative, are still followed.
+func TestLinkCheckNeverLooksOutside(t *testing.T) {
+	dir, private := t.TempDir(), t.TempDir()
+	write(t, dir, "model.pt", "w")
+	write(t, dir, "sub/x", "x")
+	write(t, private, "sub/file", "in a folder the trainer cannot list")
+	back := "/../../" + filepath.Base(dir) + "/model.pt"
+	up := "../" + filepath.Base(private)
+	symlink(t, dir, "yes-rel", up+"/sub"+back)
+	symlink(t, dir, "no-rel", up+"/nosub"+back)
+	symlink(t, dir, "yes-abs", private+"/sub"+back)
+	symlink(t, dir, "no-abs", private+"/nosub"+back)
+	symlink(t, dir, "out-and-back", "../"+filepath.Base(dir)+"/model.pt")
+	symlink(t, dir, "abs-inside", dir+"/sub/../model.pt")
+	symlink(t, dir, "chain", "via/x")
+	symlink(t, dir, "via", "sub")
+	s, skipped, err := Gather([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range s.Symlinks {
+		got[l.RelPath] = l.Target
+	}
+	want := map[string]string{"abs-inside": "model.pt", "chain": "via/x", "via": "sub"}
+	if len(got) != len(want) || got["abs-inside"] != want["abs-inside"] || got["chain"] != want["chain"] || got["via"] != want["via"] {
+		t.Errorf("links kept %v, want %v", got, want)
+	}
+	if len(skipped) != 5 {
+		t.Errorf("skipped %v, want the five links through a folder outside", skipped)
+	}
+}

@@ -2,7 +2,6 @@ package detect
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -177,10 +176,12 @@ type folderLayout interface {
 	stepFolder(name string) bool
 }
 
-// linkedFolders returns a candidate for each link in the root to a folder
-// that the layout would take as a step: links are never followed, so such
-// a step can never complete, and it waits with the reason for status and
-// the warning that a wait of a settle window brings.
+// linkedFolders returns a candidate for each link in the root named as the
+// layout names a step folder: links are never followed, so such a step can
+// never complete, and it waits with the reason for status and the warning
+// that a wait of a settle window brings. Where the link points is not
+// looked at: a stat through it would tell, as root, what lies outside the
+// watch dir.
 func linkedFolders(t *Tree, l Layout) []Candidate {
 	f, ok := l.(folderLayout)
 	if !ok {
@@ -189,9 +190,6 @@ func linkedFolders(t *Tree, l Layout) []Candidate {
 	var out []Candidate
 	for _, e := range t.Children("") {
 		if !e.IsSymlink() || e.Err != nil || !f.stepFolder(e.Name()) {
-			continue
-		}
-		if fi, err := os.Stat(t.abs(e.Path)); err != nil || !fi.IsDir() {
 			continue
 		}
 		out = append(out, Candidate{ID: "link:" + e.Name(), Step: Step{Number: -1, Root: e.Path},

@@ -1,6 +1,9 @@
 package detect
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -29,37 +32,119 @@ func lexicalTarget(root string, l Symlink) (string, bool) {
 }
 
 // checkLink returns the link as it should be recorded, or false when its
-// target does not exist or resolves outside the root. The check resolves
-// every link on the way (filepath.EvalSymlinks), so a chain that leaves the
-// root and comes back is judged by where it ends. The stored text is kept
-// when it is relative and lexically inside the root; otherwise it is
-// rewritten to the relative path of the resolved file.
+// target does not exist or does not resolve inside the root. The check
+// resolves every link on the way, beneath the root only (resolveInside):
+// a chain that passes outside is refused even if it would come back, since
+// looking outside with the agent's rights (often root's) would tell the
+// trainer, through the manifest, what exists where it cannot look. The
+// stored text is kept when it is relative and lexically inside the root;
+// otherwise it is rewritten to the relative path of the resolved file.
 func (e *engine) checkLink(l Symlink) (Symlink, bool) {
-	var abs string
-	if filepath.IsAbs(l.Target) {
-		abs = l.Target
-	} else {
-		abs = filepath.Join(e.tree.root, filepath.FromSlash(parent(l.RelPath)), filepath.FromSlash(l.Target))
-	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
+	rel, err := e.resolveInside(l)
+	if err != nil && !errors.Is(err, errOutside) {
 		e.warnLink(l, "target does not exist or cannot be resolved")
 		return l, false
 	}
-	rel, err := filepath.Rel(e.rootReal, real)
-	if err != nil || !insideRel(filepath.ToSlash(rel)) {
+	if err != nil || !insideRel(rel) {
 		e.warnLink(l, "target is outside the watched directory")
 		return l, false
 	}
 	if lex, ok := lexicalTarget(e.tree.root, l); ok && !filepath.IsAbs(l.Target) && insideRel(lex) {
 		return l, true
 	}
-	target, err := filepath.Rel(filepath.FromSlash(parent(l.RelPath)), rel)
+	target, err := filepath.Rel(filepath.FromSlash(parent(l.RelPath)), filepath.FromSlash(rel))
 	if err != nil {
 		e.warnLink(l, "target cannot be expressed relative to the link")
 		return l, false
 	}
 	return Symlink{RelPath: l.RelPath, Target: filepath.ToSlash(target)}, true
+}
+
+// errOutside is why a link's target is refused when resolving it would
+// leave the root.
+var errOutside = errors.New("it passes outside")
+
+// errLoop is why a chain of more than 255 links is refused.
+var errLoop = errors.New("too many links")
+
+// resolveInside returns where l leads, as a slash path relative to the
+// root, resolving each component beneath the root (os.Root) and every
+// link met on the way, and touching nothing outside: a ".." above the
+// root, or an absolute target not spelled under the root's path (as
+// given or resolved), is errOutside.
+func (e *engine) resolveInside(l Symlink) (string, error) {
+	r, err := os.OpenRoot(e.tree.root)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	var cur []string
+	if p := parent(l.RelPath); p != "" {
+		cur = strings.Split(p, "/")
+	}
+	todo, abs, err := e.targetParts(l.Target)
+	if err != nil {
+		return "", err
+	}
+	if abs {
+		cur = nil
+	}
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return "", errOutside
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		p := strings.Join(append(cur, c), "/")
+		fi, err := r.Lstat(p)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = append(cur, c)
+			continue
+		}
+		if hops++; hops > 255 {
+			return "", errLoop
+		}
+		t, err := r.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		more, abs, err := e.targetParts(t)
+		if err != nil {
+			return "", err
+		}
+		if abs {
+			cur = nil
+		}
+		todo = append(more, todo...)
+	}
+	return strings.Join(cur, "/"), nil
+}
+
+// targetParts splits a link's target into components to resolve: from the
+// link's folder, or from the root (abs) for an absolute target spelled
+// under the root's path as given or resolved.
+func (e *engine) targetParts(target string) (parts []string, abs bool, err error) {
+	target = filepath.ToSlash(target)
+	if !filepath.IsAbs(filepath.FromSlash(target)) {
+		return strings.Split(target, "/"), false, nil
+	}
+	for _, root := range []string{e.tree.root, e.rootReal} {
+		root = strings.TrimSuffix(filepath.ToSlash(root), "/")
+		if rest, ok := strings.CutPrefix(target, root+"/"); ok && root != "" {
+			return strings.Split(rest, "/"), true, nil
+		}
+	}
+	return nil, false, errOutside
 }
 
 func (e *engine) warnLink(l Symlink, why string) {

@@ -68,7 +68,7 @@ func (l *singleLayout) abandoned(t *Tree, e *Entry) bool {
 	if why == "" {
 		return false
 	}
-	if open, err := openForWriting(t.abs(e.Path)); err != nil || open {
+	if open, err := t.openForWriting(e.Path); err != nil || open {
 		return false
 	}
 	key := stat{e.Path, e.Size, e.ModTime.UnixNano()}

@@ -72,6 +72,8 @@ type Tree struct {
 	// cache is dropped whenever a child is added or removed (entries are
 	// updated in place, so the cached pointers stay current).
 	sorted map[string][]*Entry
+	// r is the root, open while a scan or refresh runs (within).
+	r *os.Root
 }
 
 func newTree(root string) *Tree {
@@ -162,6 +164,18 @@ func (t *Tree) openRegular(p string) (*os.File, confine.Stat, error) {
 	}
 	defer root.Close()
 	return root.OpenRegular(p)
+}
+
+// openForWriting asks the kernel whether any process holds the file at p
+// (relative to the root) open for writing, opening it beneath the root
+// without following a link (see the function of that name).
+func (t *Tree) openForWriting(p string) (bool, error) {
+	root, err := confine.Open(t.root)
+	if err != nil {
+		return true, err
+	}
+	defer root.Close()
+	return openForWriting(root, p)
 }
 
 // located returns a copy of files with each one's LocalPath set, and its
@@ -265,7 +279,7 @@ func (t *Tree) scanDir(dir string, recursive bool, watch watchFunc) error {
 	if watch != nil {
 		watch(dir)
 	}
-	des, err := os.ReadDir(t.abs(dir))
+	des, err := t.readDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			t.remove(dir)
@@ -309,7 +323,7 @@ func (t *Tree) scanDir(dir string, recursive bool, watch watchFunc) error {
 // refreshEntry lstats p and records what it finds; it reports whether p
 // still exists. Directories are not listed.
 func (t *Tree) refreshEntry(p string) bool {
-	fi, err := os.Lstat(t.abs(p))
+	fi, err := t.lstat(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			t.remove(p)
@@ -322,7 +336,7 @@ func (t *Tree) refreshEntry(p string) bool {
 	}
 	e := entryFromInfo(p, fi)
 	if e.IsSymlink() {
-		e.Target, e.Err = os.Readlink(t.abs(p))
+		e.Target, e.Err = t.readlink(p)
 	}
 	if old, ok := t.entries[p]; ok && old.IsDir() && e.IsDir() {
 		e.Err = old.Err // keep a listing error until the next listing
@@ -339,6 +353,10 @@ func (t *Tree) refreshEntry(p string) bool {
 // unknown (already removed, or below a link) are ignored: the parent's own
 // event or a rescan covers them.
 func (t *Tree) refresh(p string, watch watchFunc, created bool) {
+	t.within(func() { t.refreshWithin(p, watch, created) })
+}
+
+func (t *Tree) refreshWithin(p string, watch watchFunc, created bool) {
 	if p != "" {
 		if pe, ok := t.entries[parent(p)]; !ok || !pe.IsDir() {
 			return
@@ -370,5 +388,6 @@ func (t *Tree) scanAll(watch watchFunc) error {
 		return &fs.PathError{Op: "watch", Path: t.root, Err: errors.New("not a directory")}
 	}
 	t.set(Entry{Path: "", Type: fs.ModeDir, ModTime: fi.ModTime()})
-	return t.scanDir("", true, watch)
+	t.within(func() { err = t.scanDir("", true, watch) })
+	return err
 }

@@ -135,6 +135,12 @@ func typeName(m fs.FileMode) string {
 	return "a special file"
 }
 
+// OpenFile opens whatever is at rel for reading, beneath the directory
+// and following no link, without blocking on a FIFO; unlike OpenRegular it
+// checks neither the type nor the links, for a caller that only asks the
+// kernel about the file (a lease) and reads nothing.
+func (d *Dir) OpenFile(rel string) (*os.File, error) { return d.open(rel) }
+
 // Lstat describes the file at rel without following it if it is a link;
 // a link before it is refused (ErrLink).
 func (d *Dir) Lstat(rel string) (Stat, error) { return d.lstat(rel) }
