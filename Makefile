@@ -93,14 +93,16 @@ $(WEED):
 	dir=$$(cd / && $(GO) mod download -json github.com/seaweedfs/seaweedfs@$(SEAWEEDFS_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
 	cd "$$dir" && GOFLAGS=-mod=mod $(GO) build -o $(WEED).tmp ./weed && mv $(WEED).tmp $(WEED)
 
-## test-compat: the store suite, the conditional-write check, the push and
-## restore round trip, the agent and the multi-node commit against SeaweedFS
-## instead of versitygw (docs/compatibility.md)
-COMPAT_S3STORE := ^(TestStore|TestBadCredentials|TestMissingBucket)$$
-COMPAT_CLI     := ^(TestCLIRoundTrip|TestCLIRePush|TestCLIServerErrors|TestConditionalWrites.*|TestAgentSurvivesSIGKILL|TestAgentSIGTERMDrains|TestCLIMultiNode.*|TestAgentThreeNodes|TestAgentDedupAndKeepRemote|TestDoctor.*)$$
+## test-compat: the store suite (HTTP and HTTPS), the conditional-write
+## check, the push and restore round trip, the agent, the multi-node commit,
+## doctor, and the uploader, restore, copier and peer suites against
+## SeaweedFS instead of versitygw (docs/compatibility.md); about 10 minutes
+COMPAT_S3STORE := ^(TestStore|TestBadCredentials|TestMissingBucket|TestCABundle)$$
+COMPAT_CLI     := ^(TestCLIRoundTrip|TestCLIWithCABundle|TestCLIRePush|TestCLIServerErrors|TestConditionalWrites.*|TestAgentSurvivesSIGKILL|TestAgentSIGTERMDrains|TestCLIMultiNode.*|TestAgentThreeNodes|TestAgentDedupAndKeepRemote|TestDoctor.*)$$
 test-compat: $(WEED)
 	FERRY_S3TEST_SERVER=seaweedfs FERRY_SEAWEEDFS=$(WEED) $(GO) test $(GOTEST_FLAGS) -run '$(COMPAT_S3STORE)' ./internal/s3store/
 	FERRY_S3TEST_SERVER=seaweedfs FERRY_SEAWEEDFS=$(WEED) $(GO) test $(GOTEST_FLAGS) -run '$(COMPAT_CLI)' ./cmd/ferry/
+	FERRY_S3TEST_SERVER=seaweedfs FERRY_SEAWEEDFS=$(WEED) $(GO) test $(GOTEST_FLAGS) ./uploader/ ./restore/ ./internal/copier/ ./internal/peer/
 
 ## test-endpoint: the store suite, the conditional-write check and a round
 ## trip against a real endpoint: FERRY_TEST_S3_ENDPOINT, FERRY_TEST_S3_BUCKET
@@ -258,11 +260,12 @@ test-wan: tools $(TOXIPROXY)
 .PHONY: test-faults
 ## test-faults: faults across the link (issue 40): the agent behind
 ## toxiproxy through connections reset mid-body, a black hole on the parts
-## and on the manifest PUT, 100 kB/s for 15 s, latency spikes, and a key
-## rotated in its credentials file or credential_process; then a clock 20
-## minutes off and a minute of DNS failure (internal/s3store). Each ends
-## with every step committed and restoring byte for byte, the agent never
-## restarted. About 3 minutes. Builds toxiproxy.
+## and on the manifest PUT, 100 kB/s for a minute, latency spikes, a key
+## rotated in its credentials file or credential_process, and its
+## endpoint's name failing to resolve for a minute; then a clock 20 minutes
+## off and the minute of DNS failure at the store (internal/s3store). Each
+## ends with every step committed and restoring byte for byte, the agent
+## never restarted. About 5 minutes. Builds toxiproxy.
 test-faults: tools $(TOXIPROXY)
 	FERRY_TOXIPROXY=$(TOXIPROXY) FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^TestFault' ./cmd/ferry/
 	FERRY_VERSITYGW=$(VERSITYGW) $(GO) test $(GOTEST_FLAGS) -run '^(TestClockSkewCorrected|TestDNSOutage)$$' ./internal/s3store/

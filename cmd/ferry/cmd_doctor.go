@@ -23,9 +23,10 @@ func newDoctorCommand() *cli.Command {
 		Description: commandDoc{
 			about: "Reads the agent's flags, environment and --config file, and prints one line per check: ok, warn or fail, " +
 				"with the fix. It writes a few scratch objects under the prefix (a multipart upload of 10 MiB among them) and " +
-				"deletes them again.",
-			examples: []string{"ferry doctor --watch /nvme/ckpt --to s3://my-bucket/run"},
-			exits:    []string{"0 every check is ok (warnings allowed)", "1 a check failed (its line says the fix)", exit2},
+				"deletes them again. With --quiet it prints only the checks that warn or fail.",
+			examples: []string{"ferry doctor --watch /nvme/ckpt --to s3://my-bucket/run",
+				"ferry doctor --quiet   # in a job script: only the checks that warn or fail, nothing when all pass"},
+			exits: []string{"0 every check is ok (warnings allowed)", "1 a check failed (its line says the fix)", exit2},
 		}.String(),
 		Flags:  append(agentFlags(), &cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"}),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
@@ -86,9 +87,12 @@ func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr 
 		MultipartSize: store.MinPartSize,
 	}
 	rs := append(doctor.Remote(ctx, cfg), doctor.Local(ctx, cfg)...)
-	if asJSON {
+	switch {
+	case asJSON:
 		err = doctor.PrintJSON(stdout, rs)
-	} else {
+	case o.remote.Quiet:
+		err = doctor.PrintProblems(stdout, rs)
+	default:
 		err = doctor.PrintText(stdout, rs)
 	}
 	if err != nil {

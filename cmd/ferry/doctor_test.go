@@ -79,6 +79,17 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("stores cache after doctor: %v, %v; want one proof", ents, err)
 	}
 
+	// --quiet: the lines that warn, and no other.
+	var problems []string
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "ok") && !strings.HasPrefix(l, "skip") {
+			problems = append(problems, l)
+		}
+	}
+	if q := strings.TrimSpace(ferry(t, srv, append(args, "--quiet")...).must(t, 0).stdout); q != strings.Join(problems, "\n") {
+		t.Errorf("doctor --quiet printed\n%s\nwant only the warnings of\n%s", q, r.stdout)
+	}
+
 	var d doctorResult
 	decodeJSON(t, ferry(t, srv, append(args, "--json")...).must(t, 0).stdout, &d)
 	if !d.OK || d.status("conditional writes") != "ok" || d.status("multipart") != "ok" || len(d.Checks) != len(lines) {
@@ -134,6 +145,11 @@ func TestDoctorFailures(t *testing.T) {
 				if d.status(s) != "skip" {
 					t.Errorf("%s: %s, want skipped after %s failed", s, d.status(s), c.failed)
 				}
+			}
+			q := ferryEnv(t, c.env, "doctor", "--quiet", "--watch", c.watch, "--to", "s3://"+c.bucket+"/run", "--state-dir", t.TempDir())
+			if q.code != exitFailure || !regexp.MustCompile(`(?m)^fail `+regexp.QuoteMeta(c.failed)+`: .*; fix: `).MatchString(q.stdout) ||
+				regexp.MustCompile(`(?m)^(ok|skip) `).MatchString(q.stdout) {
+				t.Errorf("doctor --quiet: exit %d, stdout\n%s\nwant 1, the %s line with its fix, and no ok or skip lines", q.code, q.stdout, c.failed)
 			}
 			if c.bucket != "ferry-doctor-no-such-bucket" {
 				if keys := bucketKeys(t, c.srv, c.bucket); len(keys) != 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +49,18 @@ type faultRun struct {
 // adds to its environment.
 func startFaultRun(t *testing.T, srv, direct *s3test.Server, idle time.Duration, env ...string) *faultRun {
 	t.Helper()
+	return startFaultRunAt(t, srv, direct, idle, "", env...)
+}
+
+// startFaultRunAt is startFaultRun with the agent reaching toxiproxy by
+// the name host (when not ""), which its resolver must map to 127.0.0.1.
+func startFaultRunAt(t *testing.T, srv, direct *s3test.Server, idle time.Duration, host string, env ...string) *faultRun {
+	t.Helper()
 	link, through := srv.ThroughLink(t, wanlink.Link{})
+	if host != "" {
+		_, port, _ := net.SplitHostPort(link.Addr)
+		through = strings.Replace(through, link.Addr, net.JoinHostPort(host, port), 1)
+	}
 	bucket := direct.NewBucket(t)
 	r := &faultRun{t: t, st: direct.Store(t, bucket), bucket: bucket, link: link, through: through, state: t.TempDir()}
 	r.sim = trainsim.Options{Dir: t.TempDir(), Ranks: 2, FileSize: 11<<20 + 4321, Chunk: 1 << 20, Seed: 77}

@@ -19,6 +19,7 @@ import (
 // build step.
 func TestMain(m *testing.M) {
 	if os.Getenv("FERRY_CLI_MAIN") == "1" {
+		fakeDNSFromEnv()
 		os.Exit(runWithSignals(append([]string{"ferry"}, os.Args[1:]...)))
 	}
 	s3test.Main(m)

@@ -269,9 +269,15 @@ func TestCopyResumesAfterAKill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sentBefore := objectBytes(objs[:tc.present]) + int64(tc.kept)*(8<<20)
-			if want := objectBytes(objs) - sentBefore; res.Present != tc.present || res.PartsKept != tc.kept || res.BytesSent != want {
-				t.Fatalf("resumed copy %+v: want %d objects present, %d parts kept, %d bytes sent", res, tc.present, tc.kept, want)
+			kept := tc.kept
+			if s.dst.Kind() == s3test.SeaweedFS {
+				// Its ListParts gives no part's CRC32C: a part that
+				// cannot be verified is sent again (docs/compatibility.md).
+				kept = 0
+			}
+			sentBefore := objectBytes(objs[:tc.present]) + int64(kept)*(8<<20)
+			if want := objectBytes(objs) - sentBefore; res.Present != tc.present || res.PartsKept != kept || res.BytesSent != want {
+				t.Fatalf("resumed copy %+v: want %d objects present, %d parts kept, %d bytes sent", res, tc.present, kept, want)
 			}
 			if got := counted.Count("Put"); got != tc.puts {
 				t.Fatalf("resumed copy made %d PUTs, want %d: one per object not yet there and one manifest", got, tc.puts)

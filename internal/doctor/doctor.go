@@ -94,7 +94,21 @@ func Failed(rs []Result) bool {
 // PrintText writes one line per result: its status, the check, what was
 // found and, after "fix:", what to do.
 func PrintText(w io.Writer, rs []Result) error {
+	return printText(w, rs, false)
+}
+
+// PrintProblems writes only the checks that warned or failed, one line
+// each as PrintText does: nothing at all when every check passed. It is
+// doctor --quiet, for job scripts that run it on every node.
+func PrintProblems(w io.Writer, rs []Result) error {
+	return printText(w, rs, true)
+}
+
+func printText(w io.Writer, rs []Result, problemsOnly bool) error {
 	for _, r := range rs {
+		if problemsOnly && r.Status != Warn && r.Status != Fail {
+			continue
+		}
 		line := fmt.Sprintf("%-4s %s: %s", r.Status, r.Check, oneLine(r.Detail))
 		if r.Fix != "" {
 			line += "; fix: " + oneLine(r.Fix)

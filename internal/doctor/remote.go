@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/s3store"
@@ -195,7 +196,14 @@ func clockCheck(ep Result, server time.Time, rtt time.Duration) Result {
 func credentialsCheck(ctx context.Context, cfg Config) Result {
 	src, err := cfg.Credentials(ctx)
 	if err != nil {
-		return fail("credentials", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (--profile)", "none found: %v", err)
+		const fix = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (--profile)"
+		if strings.Contains(err.Error(), "no EC2 IMDS role found") {
+			// The whole chain came up empty: the SDK's text names only its
+			// last link, the instance role, which misleads more than it tells.
+			return fail("credentials", fix, "no usable AWS credentials found (not in the environment, the shared "+
+				"credentials or config files, nor an instance role)")
+		}
+		return fail("credentials", fix, "none usable: %v", err)
 	}
 	return ok("credentials", "found (%s)", src)
 }
@@ -213,7 +221,7 @@ func bucketCheck(ctx context.Context, cfg Config, cred Result) (Result, Result) 
 		return cred, fail("bucket", "create it, or fix the bucket in --to (FERRY_TO) or the endpoint", "%q does not exist at %s", cfg.Bucket, endpointURL(cfg))
 	case code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" || code == "XAdminUserNotFound" ||
 		code == "ExpiredToken" || code == "InvalidToken" || code == "TokenRefreshRequired":
-		return fail("credentials", "fix AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE): the server does not accept them",
+		return fail("credentials", "set the AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) that the server issued: it does not accept these",
 			"%s but refused by the server (%s)", cred.Detail, code), skip("bucket", "the credentials are refused")
 	case errors.Is(err, s3store.ErrAccessDenied):
 		return cred, fail("bucket", "grant s3:ListBucket on the bucket (R2: an Object Read & Write token for it)", "listing %q refused: %s", cfg.Bucket, reason(err))

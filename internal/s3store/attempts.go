@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,8 +192,16 @@ func (noRetryTLS) IsErrorRetryable(err error) aws.Ternary {
 	var unknownCA x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	var invalidErr x509.CertificateInvalidError
-	if errors.As(err, &verifyErr) || errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalidErr) {
+	if errors.As(err, &verifyErr) || errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalidErr) || notTLS(err) {
 		return aws.FalseTernary
 	}
 	return aws.UnknownTernary
+}
+
+// notTLS reports a failure of an https:// endpoint whose server does not
+// speak TLS at all: plain HTTP on that port (net/http says so in words
+// only), or any other protocol.
+func notTLS(err error) bool {
+	var rh tls.RecordHeaderError
+	return errors.As(err, &rh) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/logging"
 	"go.uber.org/zap"
 )
 
@@ -134,26 +135,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 
-	loadOpts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(newHTTPClient(cfg, idle)),
-		config.WithRetryer(func() aws.Retryer { return newRetryer(cfg.MaxAttempts) }),
-		// Since service/s3 v1.73.0 the SDK adds CRC32 to every upload and
-		// validates response checksums, which R2 and others reject. We send
-		// CRC32C ourselves.
-		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
-		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
-	}
-	if cfg.Region != "" {
-		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
-	}
-	if cfg.Profile != "" {
-		loadOpts = append(loadOpts, config.WithSharedConfigProfile(cfg.Profile))
-	}
+	loadOpts := loadOptions(cfg, idle, log)
 	static := cfg.AccessKeyID != "" && cfg.SecretAccessKey != ""
-	if static {
-		loadOpts = append(loadOpts, config.WithCredentialsProvider(
-			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
-	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		// LoadDefaultConfig errors name files and settings, never secrets.
@@ -192,6 +175,35 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	return &Store{client: client, bucket: cfg.Bucket, endpoint: endpoint, log: log, maxAttempts: cfg.MaxAttempts}, nil
 }
 
+// loadOptions are the SDK's configuration options for cfg: our transport,
+// retries, checksums, log, region, profile and static keys.
+func loadOptions(cfg Config, idle time.Duration, log *zap.Logger) []func(*config.LoadOptions) error {
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(newHTTPClient(cfg, idle)),
+		config.WithRetryer(func() aws.Retryer { return newRetryer(cfg.MaxAttempts) }),
+		// Since service/s3 v1.73.0 the SDK adds CRC32 to every upload and
+		// validates response checksums, which R2 and others reject. We send
+		// CRC32C ourselves.
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		// The SDK's own lines ("falling back to IMDSv1") go to our log at
+		// debug, not raw to stderr: what matters reaches the user as the
+		// error of the request that failed.
+		config.WithLogger(sdkLogger{log}),
+	}
+	if cfg.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
+	}
+	if cfg.Profile != "" {
+		loadOpts = append(loadOpts, config.WithSharedConfigProfile(cfg.Profile))
+	}
+	if cfg.AccessKeyID != "" && cfg.SecretAccessKey != "" {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
+	}
+	return loadOpts
+}
+
 // Bucket returns the bucket the store writes to.
 func (s *Store) Bucket() string { return s.bucket }
 
@@ -220,6 +232,14 @@ func newHTTPClient(cfg Config, idle time.Duration) *awshttp.BuildableClient {
 		tr.ForceAttemptHTTP2 = false
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetHTTP1(true)
+		// The SDK made this transport by cloning its default one, and
+		// http.Transport.Clone first sets the default's HTTP/2 up: the TLS
+		// config came with ALPN offering h2. A server that speaks HTTP/2
+		// (SeaweedFS, MinIO, any CDN edge) would take it and get HTTP/1.1
+		// on an HTTP/2 connection: every request over HTTPS reset.
+		if tr.TLSClientConfig != nil {
+			tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+		}
 	})
 }
 
@@ -283,4 +303,12 @@ func (s *Store) CredentialSource(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return creds.Source, nil
+}
+
+// sdkLogger hands the SDK's log lines to zap at debug level.
+type sdkLogger struct{ log *zap.Logger }
+
+// Logf implements logging.Logger.
+func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	l.log.Debug(fmt.Sprintf(format, v...), zap.String("from", "aws-sdk"), zap.String("level", string(c)))
 }

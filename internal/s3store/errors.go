@@ -87,6 +87,11 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 		status = respErr.HTTPStatusCode()
 	}
 	switch {
+	case noCredentials(err):
+		// Before the status: an instance metadata service that refuses
+		// (403) is no verdict of the store on our keys.
+		return actionable(what, "no usable AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE",
+			err, ErrAccessDenied)
 	case code == "NoSuchBucket":
 		return actionable(what, fmt.Sprintf("bucket %q does not exist at %s: create it, or fix the bucket in the s3:// URL or the endpoint",
 			s.bucket, s.endpointName()), err, ErrNoSuchBucket, store.ErrNotExist)
@@ -119,13 +124,11 @@ func (s *Store) mapErr(err error, what string, conditional bool) error {
 			targets: []error{store.ErrPreconditionFailed},
 			cause:   err,
 		}
+	case status == 0 && notTLS(err):
+		return actionable(what, fmt.Sprintf("%s does not speak TLS (it answers plain HTTP, or another protocol): use an http:// endpoint "+
+			"for it, or the port where it serves HTTPS", s.endpointName()), err)
 	case status == 0 && isDialError(err):
-		return actionable(what, fmt.Sprintf("cannot connect to %s (%v): check --endpoint or S3_ENDPOINT_URL, and that the server is up",
-			s.endpointName(), dialCause(err)), err)
-	case status == 0 && (strings.Contains(err.Error(), "failed to retrieve credentials") ||
-		strings.Contains(err.Error(), "failed to refresh cached credentials")):
-		return actionable(what, "no usable AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE",
-			err, ErrAccessDenied)
+		return actionable(what, fmt.Sprintf("cannot connect to %s (%v): %s", s.endpointName(), dialCause(err), dialAdvice(err)), err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -181,6 +184,13 @@ func (s *Store) endpointName() string {
 	return s.endpoint
 }
 
+// noCredentials reports that the SDK found no credentials to sign with:
+// the request never reached the store.
+func noCredentials(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "failed to retrieve credentials") || strings.Contains(msg, "failed to refresh cached credentials")
+}
+
 // isDialError reports whether err is a failure to open a connection.
 func isDialError(err error) bool {
 	var opErr *net.OpError
@@ -200,6 +210,17 @@ func dialCause(err error) error {
 		}
 	}
 	return err
+}
+
+// dialAdvice says what to check when a connection failed: a name that
+// did not resolve points at the host name and this machine's resolver, not
+// at the server.
+func dialAdvice(err error) string {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "the host name did not resolve: check it in --endpoint or S3_ENDPOINT_URL, and this machine's DNS"
+	}
+	return "check --endpoint or S3_ENDPOINT_URL, and that the server is up"
 }
 
 // ErrorCode returns the S3 error code (AccessDenied, NoSuchBucket...) in

@@ -106,8 +106,9 @@ func TestDNSOutage(t *testing.T) {
 		if time.Since(start) > 2*time.Second {
 			t.Errorf("a request with an unresolvable endpoint took %v: want a fast failure, the caller retries", time.Since(start))
 		}
-		if !strings.Contains(err.Error(), "cannot connect to http://"+host) || !strings.Contains(err.Error(), "no such host") {
-			t.Fatalf("error %q: want it to name the endpoint and the DNS failure", err)
+		if !strings.Contains(err.Error(), "cannot connect to http://"+host) || !strings.Contains(err.Error(), "no such host") ||
+			!strings.Contains(err.Error(), "host name did not resolve") {
+			t.Fatalf("error %q: want it to name the endpoint and the DNS failure, and point at the name, not the server", err)
 		}
 		var ue interface{ UserReason() string }
 		if !errors.As(err, &ue) || ue.UserReason() == "" {

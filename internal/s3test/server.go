@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,7 +96,17 @@ func Start(t testing.TB, opts ...Option) *Server {
 		fn(&o)
 	}
 	kind, bin := binary(t)
-	s, err := newServer(kind, bin, t.TempDir(), o)
+	dir := t.TempDir()
+	if kind == SeaweedFS && strings.ContainsRune(dir, ',') {
+		// weed server reads -dir as a comma-separated list of folders,
+		// and a subtest's name can hold a comma.
+		var err error
+		if dir, err = os.MkdirTemp("", "ferry-s3test-"); err != nil {
+			t.Fatalf("s3test: %v", err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	s, err := newServer(kind, bin, dir, o)
 	if err != nil {
 		t.Fatalf("s3test: %v", err)
 	}

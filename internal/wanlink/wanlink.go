@@ -179,6 +179,18 @@ func (p *Proxy) call(method, path string, body any) error {
 	return nil
 }
 
+// DropConnections closes every connection through the proxy, as a link
+// that flaps does: toxiproxy disables the proxy (which closes them) and
+// enables it again, so clients must dial anew. The fault tests use it.
+func (p *Proxy) DropConnections() error {
+	for _, on := range []bool{false, true} {
+		if err := p.call(http.MethodPost, "/proxies/s3", map[string]any{"enabled": on}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Pid is the toxiproxy server's process id (its CPU is the link's cost).
 func (p *Proxy) Pid() int { return p.cmd.Process.Pid }
 
