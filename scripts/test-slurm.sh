@@ -304,7 +304,7 @@ for ((r = 0; r < RANKS; r++)); do
 done
 
 # --- 5. The mistakes of a first submission -----------------------------------
-say "A wrong bucket and missing credentials end the job before training, with ferry's one line"
+say "A wrong bucket and missing credentials end the job before training: ferry doctor's fail line and its fix"
 mkdir -p "$work/home"
 bad_bucket=$(CHECKPOINTS=s3://no-such-bucket/run sbatch --parsable --nodes=1 --time=2 --chdir="$work" \
 	--output="$work/bad-bucket.out" "$root/deploy/slurm/ferry-train.sbatch" "$root/scripts/test-slurm-trainer.sh")
@@ -321,14 +321,16 @@ for j in "$bad_bucket" "$no_keys"; do
 	[ "$(job_field JobState)" = FAILED ] || die "job $j is $(job_field JobState), want FAILED"
 done
 job=""
-for c in "bad-bucket:ferry: restore from s3://no-such-bucket/run: bucket \"no-such-bucket\" does not exist at $S3_ENDPOINT_URL" \
-	"no-keys:ferry: restore from $remote: no usable AWS credentials found"; do
+# ferry doctor, before the restore, says what is wrong and how to fix it.
+for c in "bad-bucket:fail bucket: \"no-such-bucket\" does not exist at $S3_ENDPOINT_URL; fix: " \
+	"no-keys:fail credentials: no usable AWS credentials found"; do
 	out=$work/${c%%:*}.out line=${c#*:}
 	grep -qF "$line" "$out" || die "$(basename "$out") lacks '$line':$(printf '\n%s' "$(cat "$out")")"
 	[ "$(grep -c '^ferry: ' "$out")" -eq 1 ] || die "$(basename "$out"): more than one error line"
-	grep -q "restore failed; not training" "$out" || die "$(basename "$out"): the job did not stop before training"
+	grep -q "^ferry: doctor: 1 of [0-9]* checks failed" "$out" || die "$(basename "$out"): no doctor summary line"
+	grep -q "setup check or restore failed (the reason is above); not training" "$out" || die "$(basename "$out"): the job did not stop before training"
 	! grep -q "training:" "$out" || die "$(basename "$out"): the trainer ran"
-	echo "  $(basename "$out"): $(grep '^ferry: ' "$out")"
+	echo "  $(basename "$out"): $(grep '^fail ' "$out")"
 done
 
 say "test-slurm passed in $((SECONDS - started))s: preempted at step $restored, requeued, restored, resumed, finished at step $LAST"

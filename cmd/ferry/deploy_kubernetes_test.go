@@ -216,7 +216,9 @@ type trainingPod struct {
 	job                     *batchv1.Job
 	spec                    *corev1.PodSpec
 	restore, agent, trainer *corev1.Container
+	doctor                  *corev1.Container
 	restoreAt, agentAt      int // indexes among the init containers
+	doctorAt                int
 	m                       kubeManifests
 }
 
@@ -226,7 +228,7 @@ func loadTrainingPod(t *testing.T) trainingPod {
 	if len(m.jobs) != 1 {
 		t.Fatalf("%d Jobs in %s, want the one training Job", len(m.jobs), kubernetesDir)
 	}
-	p := trainingPod{job: m.jobs[0], spec: &m.jobs[0].Spec.Template.Spec, m: m, restoreAt: -1, agentAt: -1}
+	p := trainingPod{job: m.jobs[0], spec: &m.jobs[0].Spec.Template.Spec, m: m, restoreAt: -1, agentAt: -1, doctorAt: -1}
 	for i := range p.spec.InitContainers {
 		c := &p.spec.InitContainers[i]
 		switch ferrySubcommand(c) {
@@ -234,6 +236,8 @@ func loadTrainingPod(t *testing.T) trainingPod {
 			p.restore, p.restoreAt = c, i
 		case "agent":
 			p.agent, p.agentAt = c, i
+		case "doctor":
+			p.doctor, p.doctorAt = c, i
 		}
 	}
 	for i := range p.spec.Containers {
@@ -356,7 +360,7 @@ func expandKube(t *testing.T, container, s string, env map[string]string) string
 // ferryCommands are ferry's commands as the binary builds them.
 func ferryCommands() []*cli.Command {
 	return []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(),
-		newStatusCommand(), newFlushCommand(), newPruneCommand(), newAgentCommand(), newVersionCommand()}
+		newStatusCommand(), newFlushCommand(), newPruneCommand(), newAgentCommand(), newVersionCommand(), newDoctorCommand()}
 }
 
 // parsedCommand is a ferry command line as ferry's own flag definitions
@@ -416,7 +420,7 @@ func parseFerry(t *testing.T, args []string, env map[string]string) (parsedComma
 // before it starts.
 func checkValues(c *cli.Context, env map[string]string) error {
 	switch c.Command.Name {
-	case "agent":
+	case "agent", "doctor":
 		if _, err := readNodes(c, func(k string) string { return env[k] }); err != nil {
 			return err
 		}
@@ -816,6 +820,7 @@ func TestKubernetesMistakesInContainerLog(t *testing.T) {
 	bucket := srv.NewBucket(t)
 	renv, _ := envOf(t, p.restore, p.m.configMaps)
 	aenv, _ := envOf(t, p.agent, p.m.configMaps)
+	denv, _ := envOf(t, p.doctor, p.m.configMaps)
 	ckpt := t.TempDir()
 
 	// procEnv is a container's environment on this machine: the endpoint
@@ -902,9 +907,23 @@ func TestKubernetesMistakesInContainerLog(t *testing.T) {
 		t.Logf("%s: %s", what, last)
 	}
 
+	// ferry-doctor, first: its failed check with the fix, then the count.
+	doctorFails := func(what, out, check, want string) {
+		t.Helper()
+		if !regexp.MustCompile(`(?m)^fail ` + check + `: .*` + regexp.QuoteMeta(want) + `.*; fix: `).MatchString(out) {
+			t.Errorf("%s: no %q fail line naming %q with its fix; log:\n%s", what, check, want, out)
+		}
+		oneLine(what, out, "checks failed")
+	}
+
 	// The Secret is missing: the keys are absent (optional), no metadata
 	// service is asked (AWS_EC2_METADATA_DISABLED), and ferry says so.
-	code, out := run(restoreArgs(), procEnv(renv, bucket, false))
+	code, out := run(p.doctor.Args, procEnv(denv, bucket, false))
+	if code != exitFailure {
+		t.Errorf("doctor without the Secret: exit %d, want 1; log:\n%s", code, out)
+	}
+	doctorFails("doctor without the Secret", out, "credentials", "no usable AWS credentials")
+	code, out = run(restoreArgs(), procEnv(renv, bucket, false))
 	if code != exitFailure {
 		t.Errorf("restore without the Secret: exit %d, want 1; log:\n%s", code, out)
 	}
@@ -916,6 +935,11 @@ func TestKubernetesMistakesInContainerLog(t *testing.T) {
 	oneLine("agent without the Secret", out, "credentials")
 
 	// A bucket that does not exist.
+	code, out = run(p.doctor.Args, procEnv(denv, "my-bucket", true))
+	if code != exitFailure {
+		t.Errorf("doctor with a missing bucket: exit %d, want 1; log:\n%s", code, out)
+	}
+	doctorFails("doctor with a missing bucket", out, "bucket", `"my-bucket" does not exist`)
 	code, out = run(restoreArgs(), procEnv(renv, "my-bucket", true))
 	if code != exitFailure {
 		t.Errorf("restore from a missing bucket: exit %d, want 1; log:\n%s", code, out)
@@ -927,7 +951,11 @@ func TestKubernetesMistakesInContainerLog(t *testing.T) {
 	}
 	oneLine("agent to a missing bucket", out, "my-bucket")
 
-	// Right: the first run starts fresh.
+	// Right: doctor passes, and the first run starts fresh.
+	code, out = run(p.doctor.Args, procEnv(denv, bucket, true))
+	if code != exitOK || strings.Contains(out, "\nfail ") {
+		t.Errorf("doctor, right setup: exit %d, want 0 and no failed check; log:\n%s", code, out)
+	}
 	code, out = run(restoreArgs(), procEnv(renv, bucket, true))
 	if code != exitOK || !strings.Contains(out, "starting fresh") {
 		t.Errorf("restore, first run: exit %d, want 0 and 'starting fresh'; log:\n%s", code, out)
@@ -1002,5 +1030,47 @@ func TestDeployDockerfile(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(strings.Fields(shellScript(p.trainer)), " "), "ferry flush") {
 		t.Errorf("the trainer never runs ferry flush")
+	}
+}
+
+// ferry doctor runs first, to completion, with the agent's settings and
+// credentials and the folders mounted where the agent has them: a setup
+// that cannot work stops the pod before the restore and the trainer.
+func TestKubernetesDoctorFirst(t *testing.T) {
+	p := loadTrainingPod(t)
+	if p.doctor == nil || p.doctorAt != 0 {
+		t.Fatalf("want ferry doctor as the first init container (at %d)", p.doctorAt)
+	}
+	if p.doctor.RestartPolicy != nil {
+		t.Errorf("ferry-doctor has restartPolicy %s: it must run to completion before the restore", *p.doctor.RestartPolicy)
+	}
+	if p.doctor.Image != p.agent.Image {
+		t.Errorf("doctor image %s, agent image %s", p.doctor.Image, p.agent.Image)
+	}
+	denv, dfrom := envOf(t, p.doctor, p.m.configMaps)
+	aenv, _ := envOf(t, p.agent, p.m.configMaps)
+	agentOnly := map[string]bool{"FERRY_NODES": true, "FERRY_NODE_RANK": true, "FERRY_RUN_ID": true}
+	for k, v := range aenv {
+		if strings.HasPrefix(k, "FERRY_") && !agentOnly[k] && denv[k] != v {
+			t.Errorf("doctor's %s=%q, the agent's %q: doctor must check the agent's settings", k, denv[k], v)
+		}
+	}
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
+		if src := dfrom[k]; src == nil || src.SecretKeyRef == nil {
+			t.Errorf("ferry-doctor: %s must come from the agent's Secret", k)
+		}
+	}
+	mounts := func(c *corev1.Container) map[string]string {
+		m := map[string]string{}
+		for _, vm := range c.VolumeMounts {
+			m[vm.MountPath] = vm.Name
+		}
+		return m
+	}
+	dm, am := mounts(p.doctor), mounts(p.agent)
+	for _, dir := range []string{aenv["FERRY_WATCH"], aenv["FERRY_STATE_DIR"]} {
+		if dm[dir] == "" || dm[dir] != am[dir] {
+			t.Errorf("%s: doctor mounts %q, the agent %q: the same volume, please", dir, dm[dir], am[dir])
+		}
 	}
 }

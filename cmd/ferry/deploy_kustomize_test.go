@@ -67,6 +67,9 @@ func TestKubernetesEditedOnce(t *testing.T) {
 	if n := strings.Count(raw, "\"2\""); n != 1 {
 		t.Errorf("the node count \"2\" is written %d times; NODES alone should hold it", n)
 	}
+	if url := cm.Data["CHECKPOINTS"]; !strings.HasPrefix(url, "s3://") || strings.Count(raw, url) != 1 {
+		t.Errorf("the bucket URL %q is written %d times; CHECKPOINTS alone should hold it", url, strings.Count(raw, url))
+	}
 	for _, c := range []*corev1.Container{p.restore, p.agent, p.trainer} {
 		text := strings.Join(append(slices.Clone(c.Args), c.Command...), " ")
 		for _, e := range c.Env {

@@ -166,3 +166,25 @@ func TestDeployUnitLeaseAndUser(t *testing.T) {
 		t.Errorf("RestartPreventExitStatus=%q: a bad setting (exit 2) must not restart every 5 s", unit["RestartPreventExitStatus"])
 	}
 }
+
+// The unit runs ferry doctor before the agent, with the agent's settings,
+// never fatal ('-') and bounded well inside the start timeout.
+func TestDeployUnitRunsDoctor(t *testing.T) {
+	unit := unitSettings(t, unitFile)
+	pre := strings.Fields(unit["ExecStartPre"])
+	agent := strings.Fields(unit["ExecStart"])
+	if len(pre) != 5 || pre[0] != "-/usr/bin/timeout" || len(agent) == 0 || pre[2] != agent[0] || pre[3] != "doctor" || pre[4] != "--quiet" {
+		t.Fatalf("ExecStartPre=%q: want -/usr/bin/timeout LIMIT FERRY doctor --quiet, the agent's binary", unit["ExecStartPre"])
+	}
+	limit, err := time.ParseDuration(pre[1])
+	if err != nil {
+		t.Fatalf("ExecStartPre's timeout %q: %v", pre[1], err)
+	}
+	start, err := time.ParseDuration(strings.ReplaceAll(unit["TimeoutStartSec"], "min", "m"))
+	if err != nil || start < limit+time.Minute {
+		t.Errorf("TimeoutStartSec=%s must leave the agent a minute after doctor's %v (%v)", unit["TimeoutStartSec"], limit, err)
+	}
+	if !strings.HasSuffix(unit["ExecStart"], "ferry agent") {
+		t.Errorf("ExecStart=%q", unit["ExecStart"])
+	}
+}
