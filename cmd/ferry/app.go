@@ -59,7 +59,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				"--help` describes each command, with an example and its exit codes.",
 			env: "Every flag that sets how ferry runs has an environment variable, listed with it, and each variable means " +
 				"one thing in every command that reads it: FERRY_FROM the run a command reads, FERRY_TO the run it writes " +
-				"(copy: the destination; status and flush: the agent's), FERRY_CONCURRENCY requests in flight and " +
+				"(copy: the destination; status, flush and commit: the agent's), FERRY_CONCURRENCY requests in flight and " +
 				"FERRY_BANDWIDTH the cap on what this node sends (push and the agent; verify and copy have FERRY_VERIFY_* and " +
 				"FERRY_COPY_*). The store: --endpoint (S3_ENDPOINT_URL) and the standard AWS credential chain.",
 			examples: []string{"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty",

@@ -25,18 +25,17 @@ func newCommitCommand() *cli.Command {
 		Name:      "commit",
 		Usage:     "tell the running agent that step N is complete (the trainer's own word) and wait until it is durable",
 		ArgsUsage: "[PATH...]",
-		Description: `Called by the trainer right after a save returns (dcp.save, after async_save's
-future, HF's on_save, Lightning's on_save_checkpoint): the agent commits step N
-as soon as its files are closed with no writer, without the settle window and
-whatever its layout would have guessed. PATHs (files or folders below the watch
-dir, or relative to it) name the step's files; without them the layout's step N is taken.
-
-Example:
-  ferry commit --step 1200 --watch /nvme/ckpt step-1200
-
-Exit codes: 0 durable (with --no-wait: accepted); 1 not durable (no such step
-on disk, a file still open for writing at --timeout, the step committed before
-with other content); 2 invalid use.`,
+		Description: commandDoc{
+			about: "Called by the trainer right after a save returns (dcp.save, after async_save's future, HF's on_save, " +
+				"Lightning's on_save_checkpoint): the agent commits step N as soon as its files are closed with no writer, " +
+				"without the settle window and whatever its layout would have guessed. PATHs (files or folders below the " +
+				"watch dir, or relative to it) name the step's files; without them the layout's step N is taken.",
+			env:      "FERRY_STATE_DIR, FERRY_WATCH and FERRY_TO name the agent as they did when it was started.",
+			examples: []string{"ferry commit --step 1200 --watch /nvme/ckpt step-1200"},
+			exits: []string{"0 durable (with --no-wait: the agent took the declaration)",
+				"1 not durable: no such step on disk, a file still open for writing at --timeout, the step committed " +
+					"before with other content, or no agent answers (or several do and --watch and --to pick none)", exit2},
+		}.String(),
 		Flags: append([]cli.Flag{
 			&cli.Int64Flag{Name: "step", Usage: "the step number the trainer completed (required)", Required: true},
 			&cli.BoolFlag{Name: "no-wait", Usage: "return once the agent took the declaration, without waiting for the step to be durable"},

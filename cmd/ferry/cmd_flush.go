@@ -27,7 +27,7 @@ func newFlushCommand() *cli.Command {
 			env:      "FERRY_STATE_DIR, FERRY_WATCH and FERRY_TO name the agent as they did when it was started.",
 			examples: []string{"ferry flush --timeout 15m && kill -TERM \"$agent\""},
 			exits: []string{"0 every complete step the agent has seen is committed",
-				"1 a step is not committed by --timeout, or failed (the message names each), or no agent answers", exit2},
+				"1 a step is not committed by --timeout, or failed (the message names each), or no agent answers (or several do and --watch and --to pick none)", exit2},
 		}.String(),
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "timeout", Value: 15 * time.Minute, EnvVars: []string{"FERRY_FLUSH_TIMEOUT"}, Usage: "give up after this long (0: wait as long as it takes)"},

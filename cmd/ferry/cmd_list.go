@@ -28,7 +28,7 @@ func newListCommand() *cli.Command {
 			about: "Lists the committed steps of the run at --from, newest first, one line each: step, files, bytes, and " +
 				"when it was committed. Steps still uploading, and parts of steps other nodes have not finished, are not listed.",
 			examples: []string{"ferry list --from s3://my-bucket/run --last 5"},
-			exits:    []string{"0 listed (nothing printed when nothing is committed)", exit1, exit2},
+			exits:    []string{"0 listed (when nothing is committed: nothing on stdout, and a line saying so on stderr)", exit1, exit2},
 		}.String(),
 		Flags: append([]cli.Flag{
 			fromFlag(),

@@ -183,6 +183,13 @@ func (o pushOptions) validate() error {
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
 	}
+	// A mistyped folder is bad usage, said before any request is made (a
+	// wrong endpoint would otherwise hide it behind a minute of retries).
+	for _, src := range o.sources {
+		if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
+			return usagef("push source %s: no such file or directory; name the checkpoint directory or its files", src)
+		}
+	}
 	return nil
 }
 

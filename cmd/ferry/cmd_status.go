@@ -29,7 +29,7 @@ func newStatusCommand() *cli.Command {
 				"--watch or --to picks one. An agent still waiting for its watch dir to be created has no socket yet.",
 			env:      "FERRY_STATE_DIR, FERRY_WATCH and FERRY_TO name the agent as they did when it was started.",
 			examples: []string{"ferry status --watch /nvme/ckpt"},
-			exits:    []string{"0 the agent answered", "1 no agent answers at the state dir (the message names it)", exit2},
+			exits:    []string{"0 the agent answered", "1 no agent answers at the state dir, or several do and --watch and --to pick none (the message names them)", exit2},
 		}.String(),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the agent's status as JSON"},

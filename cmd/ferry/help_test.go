@@ -14,12 +14,14 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden --help files in testdata/help")
 
+// goldenCommands are the commands whose --help has a golden file.
+var goldenCommands = []string{"push", "restore", "list", "show", "verify", "copy", "status", "flush", "commit", "prune", "agent", "doctor", "version"}
+
 // The --help of every command, compared with testdata/help/<command>.txt
 // (go test -run TestHelpGolden ./cmd/ferry -update rewrites them). Each
 // flag's line names at most one default.
 func TestHelpGolden(t *testing.T) {
-	cmds := []string{"", "push", "restore", "list", "show", "verify", "copy", "status", "flush", "prune", "agent", "doctor", "version"}
-	for _, name := range cmds {
+	for _, name := range append([]string{""}, goldenCommands...) {
 		args := []string{"ferry", "--help"}
 		file := "ferry.txt"
 		if name != "" {
@@ -59,10 +61,7 @@ func TestHelpGolden(t *testing.T) {
 // and every flag line says its default (bools included) or that the flag
 // is required: a newcomer reads what ferry does when a flag is left out.
 func TestHelpSaysDefaults(t *testing.T) {
-	app := &cli.App{Commands: []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(),
-		newVerifyCommand(), newCopyCommand(), newStatusCommand(), newFlushCommand(), newPruneCommand(), newAgentCommand(),
-		newVersionCommand(), newDoctorCommand()}}
-	for _, cmd := range app.Commands {
+	for _, cmd := range allCommands(t) {
 		var out, errb bytes.Buffer
 		if code := Main(context.Background(), []string{"ferry", cmd.Name, "--help"}, &out, &errb); code != 0 {
 			t.Fatalf("%s --help: exit %d: %s", cmd.Name, code, errb.String())
@@ -95,8 +94,7 @@ func TestHelpSaysDefaults(t *testing.T) {
 func TestEnvVarsOneMeaning(t *testing.T) {
 	type use struct{ cmd, def string }
 	seen := map[string]use{}
-	for _, cmd := range []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(),
-		newVerifyCommand(), newCopyCommand(), newStatusCommand(), newFlushCommand(), newPruneCommand(), newAgentCommand()} {
+	for _, cmd := range allCommands(t) {
 		for _, f := range cmd.Flags {
 			df, ok := f.(cli.DocGenerationFlag)
 			if !ok {

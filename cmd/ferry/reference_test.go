@@ -13,12 +13,14 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/internal/s3store"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference.md from --help (make docs)")
 
 // referenceCommands are the commands docs/reference.md describes, in order.
-var referenceCommands = []string{"push", "restore", "list", "show", "verify", "copy", "prune", "agent", "status", "flush", "doctor", "version"}
+var referenceCommands = []string{"push", "restore", "list", "show", "verify", "copy", "prune", "agent", "status", "flush", "commit", "doctor", "version"}
 
 // docs/reference.md is generated from --help (`make docs`), so that every
 // flag, default, environment variable and exit code it names is what the
@@ -88,16 +90,8 @@ func envTable() string {
 		cmds      []string
 	}
 	rows := map[string]*row{}
-	cmds := map[string]*cli.Command{}
-	for _, c := range []*cli.Command{newPushCommand(), newRestoreCommand(), newListCommand(), newShowCommand(), newVerifyCommand(),
-		newCopyCommand(), newPruneCommand(), newAgentCommand(), newStatusCommand(), newFlushCommand(), newDoctorCommand()} {
-		cmds[c.Name] = c
-	}
 	for _, name := range referenceCommands {
-		c := cmds[name]
-		if c == nil {
-			continue
-		}
+		c := commandConstructors[name]()
 		for _, f := range c.Flags {
 			df, ok := f.(cli.DocGenerationFlag)
 			if !ok {
@@ -133,7 +127,9 @@ func envTable() string {
 	}
 	b.WriteString("\nRead by ferry without a flag of their own: `S3_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL` ")
 	b.WriteString("(the endpoint, after `--endpoint`), `AWS_REGION`, `AWS_PROFILE` and the rest of the standard AWS credential chain, ")
-	b.WriteString("`AWS_CA_BUNDLE` (a private CA); copy's destination keys `FERRY_TO_AWS_ACCESS_KEY_ID`, ")
+	b.WriteString("`AWS_CA_BUNDLE` (a private CA); `" + s3store.EnvIdleTimeout + "`, every command's: a connection to the store ")
+	b.WriteString("that sends and receives nothing this long is cut and its request retried (default " + s3store.DefaultIdleTimeout.String() + ", 0 turns it off); ")
+	b.WriteString("copy's destination keys `FERRY_TO_AWS_ACCESS_KEY_ID`, ")
 	b.WriteString("`FERRY_TO_AWS_SECRET_ACCESS_KEY`, `FERRY_TO_AWS_SESSION_TOKEN`; `XDG_STATE_HOME` (the default state dir); ")
 	b.WriteString("SLURM's and torchrun's variables for `--nodes`, `--node-rank` and `--run-id` (see each flag).\n")
 	return b.String()

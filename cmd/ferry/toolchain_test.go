@@ -38,3 +38,26 @@ func readRepoFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// Every `ferry version` line the docs show names the Go release a build
+// from this checkout stamps (go.mod's), not an older one a page was
+// written with.
+func TestDocsVersionLinesNameTheToolchain(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^go (\d+\.\d+\.\d+)$`).FindStringSubmatch(readRepoFile(t, "../../go.mod"))
+	if m == nil {
+		t.Fatal("go.mod: no go line with a full release (go 1.x.y)")
+	}
+	versionLine := regexp.MustCompile(`(?m)^ferry \S+ commit [0-9a-f]{7,40} (go[0-9.]+) \S+$`)
+	found := 0
+	for _, f := range docFiles(t) {
+		for _, l := range versionLine.FindAllStringSubmatch(readRepoFile(t, f), -1) {
+			found++
+			if l[1] != "go"+m[1] {
+				t.Errorf("%s shows %q: a build from this checkout says go%s", rel(t, f), l[0], m[1])
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no `ferry version` output line found in the docs")
+	}
+}
