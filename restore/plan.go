@@ -10,12 +10,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ferrylabs/ferry/internal/linkwalk"
 	"github.com/ferrylabs/ferry/manifest"
 )
-
-// maxLinkHops bounds how many symlinks one path resolution follows, like the
-// kernel's ELOOP limit, so a manifest cannot make planning loop.
-const maxLinkHops = 40
 
 // fileJob is one manifest file to put in place.
 type fileJob struct {
@@ -47,26 +44,6 @@ type plan struct {
 	links []linkJob
 }
 
-// entry kinds seen while resolving a path.
-type kind int
-
-const (
-	kindNone kind = iota // absent: will be created as a directory if needed
-	kindDir
-	kindFile // a regular file or anything else that is not a directory
-	kindLink
-)
-
-var (
-	errOutside = errors.New("resolves outside the target directory")
-	// errNotDir means a non-directory sits in the middle of a path: such a
-	// path does not resolve at all, which for a link is harmless (dangling).
-	errNotDir = errors.New("not a directory")
-)
-
-// lookupFunc reports what is at a root-relative, slash-separated path.
-type lookupFunc func(rel string) (k kind, target string, err error)
-
 // makePlan checks every path the restore would write and resolves it to a
 // physical location under the target directory. The manifest is untrusted:
 // the decoder already checked its paths lexically, but only the disk shows
@@ -91,7 +68,7 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool, w
 			return nil, err
 		}
 		fileRel[rel] = true
-		absent := rootMissing || (dirOf(rel) != "" && pl.missing(dirOf(rel)))
+		absent := rootMissing || (linkwalk.Parent(rel) != "" && pl.missing(linkwalk.Parent(rel)))
 		p.files = append(p.files, fileJob{file: f, rel: filepath.FromSlash(rel), abs: filepath.Join(root, filepath.FromSlash(rel)), absent: absent})
 	}
 	linkRel := map[string]string{}
@@ -117,7 +94,7 @@ func makePlan(m *manifest.Manifest, dir string, want func(manifest.File) bool, w
 	if err := p.checkExisting(); err != nil {
 		return nil, err
 	}
-	if err := p.checkLinkTargets(fileRel, linkRel, pl.dirs, pl.inside); err != nil {
+	if err := p.checkLinkTargets(fileRel, linkRel, pl.dirs, pl.under); err != nil {
 		return nil, err
 	}
 	p.mkdir = missingDirs(root, pl.dirs)
@@ -137,7 +114,7 @@ type planner struct {
 }
 
 type lookup struct {
-	k      kind
+	k      linkwalk.Kind
 	target string
 	err    error
 }
@@ -148,7 +125,7 @@ func newPlanner(root, alias string, entries int) *planner {
 }
 
 // disk is diskLookup, once per path.
-func (pl *planner) disk(rel string) (kind, string, error) {
+func (pl *planner) disk(rel string) (linkwalk.Kind, string, error) {
 	if s, ok := pl.lookups[rel]; ok {
 		return s.k, s.target, s.err
 	}
@@ -164,10 +141,12 @@ func (pl *planner) missing(dir string) bool {
 		return errors.Is(err, fs.ErrNotExist)
 	}
 	s, ok := pl.lookups[dir]
-	return ok && s.err == nil && s.k == kindNone
+	return ok && s.err == nil && s.k == linkwalk.Missing
 }
 
-func (pl *planner) inside(target string) (string, bool) { return insideRoot(target, pl.root, pl.alias) }
+func (pl *planner) under(target string) (string, bool) {
+	return linkwalk.UnderRoot(target, pl.root, pl.alias)
+}
 
 // claim resolves a manifest path's parent on disk and records the physical
 // path the entry will take, refusing one that leaves the root or that
@@ -176,19 +155,20 @@ func (pl *planner) claim(mpath string) (string, error) {
 	if err := checkRel(mpath); err != nil {
 		return "", err
 	}
-	parent, err := resolve("", dirOf(mpath), true, pl.disk, pl.inside, func(rel string) { pl.through[rel] = mpath })
-	if errors.Is(err, errOutside) {
+	walk := linkwalk.Walk{Lookup: pl.disk, Under: pl.under, Visit: func(rel string) { pl.through[rel] = mpath }}
+	parent, err := walk.Resolve("", linkwalk.Parent(mpath), true)
+	if errors.Is(err, linkwalk.ErrOutside) {
 		return "", fmt.Errorf("%s: parent directory %w", mpath, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", mpath, err)
 	}
-	rel := joinRel(parent, path.Base(mpath))
+	rel := linkwalk.Join(parent, path.Base(mpath))
 	if other, dup := pl.phys[rel]; dup {
 		return "", fmt.Errorf("%s: same file on disk as %s", mpath, other)
 	}
 	pl.phys[rel] = mpath
-	for d := dirOf(rel); d != ""; d = dirOf(d) {
+	for d := linkwalk.Parent(rel); d != ""; d = linkwalk.Parent(d) {
 		pl.dirs[d] = mpath
 		pl.through[d] = mpath
 	}
@@ -290,16 +270,16 @@ func (p *plan) checkExisting() error {
 // restore is done: manifest files, links and directories first, the existing
 // disk for everything else. A link is accepted only if it cannot lead
 // outside the target directory, whichever links it goes through.
-func (p *plan) checkLinkTargets(files map[string]bool, links map[string]string, dirs map[string]string, inside func(string) (string, bool)) error {
-	after := func(rel string) (kind, string, error) {
+func (p *plan) checkLinkTargets(files map[string]bool, links map[string]string, dirs map[string]string, under func(string) (string, bool)) error {
+	after := func(rel string) (linkwalk.Kind, string, error) {
 		if t, ok := links[rel]; ok {
-			return kindLink, t, nil
+			return linkwalk.Link, t, nil
 		}
 		if files[rel] {
-			return kindFile, "", nil
+			return linkwalk.File, "", nil
 		}
 		if _, ok := dirs[rel]; ok {
-			return kindDir, "", nil
+			return linkwalk.Dir, "", nil
 		}
 		return diskLookup(p.root, rel)
 	}
@@ -307,79 +287,21 @@ func (p *plan) checkLinkTargets(files map[string]bool, links map[string]string, 
 		if path.IsAbs(l.link.Target) || strings.ContainsAny(l.link.Target, "\\\x00") {
 			return fmt.Errorf("%s: link target %q is not a relative path", l.link.Path, l.link.Target)
 		}
-		_, err := resolve(dirOf(filepath.ToSlash(l.rel)), l.link.Target, false, after, inside, nil)
-		if err != nil && !errors.Is(err, errNotDir) {
+		_, err := linkwalk.Walk{Lookup: after, Under: under}.Resolve(linkwalk.Parent(filepath.ToSlash(l.rel)), l.link.Target, false)
+		if err != nil && !errors.Is(err, linkwalk.ErrNotDir) {
 			return fmt.Errorf("%s: link target %q %w", l.link.Path, l.link.Target, err)
 		}
 	}
 	return nil
 }
 
-// resolve walks the slash-separated path rest from the root-relative
-// directory start, following links as lookup reports them, and returns the
-// root-relative physical path it reaches. It fails with errOutside when ".."
-// or a link leaves the root, and errNotDir when a non-directory is in the
-// middle of the path (or at its end, with wantDir). visit, if set, sees
-// every path looked up.
-func resolve(start, rest string, wantDir bool, lookup lookupFunc, inside func(string) (string, bool), visit func(string)) (string, error) {
-	cur := splitRel(start)
-	queue := splitRel(rest)
-	hops := 0
-	for len(queue) > 0 {
-		c := queue[0]
-		queue = queue[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(cur) == 0 {
-				return "", errOutside
-			}
-			cur = cur[:len(cur)-1]
-			continue
-		}
-		next := joinRel(strings.Join(cur, "/"), c)
-		if visit != nil {
-			visit(next)
-		}
-		k, target, err := lookup(next)
-		if err != nil {
-			return "", err
-		}
-		switch k {
-		case kindLink:
-			if hops++; hops > maxLinkHops {
-				return "", fmt.Errorf("%w: too many levels of symlinks", errOutside)
-			}
-			if filepath.IsAbs(target) {
-				rel, ok := inside(target)
-				if !ok {
-					return "", fmt.Errorf("%w: %s is a symlink to %s", errOutside, next, target)
-				}
-				cur = nil
-				queue = append(splitRel(rel), queue...)
-			} else {
-				queue = append(splitRel(target), queue...)
-			}
-		case kindFile:
-			if len(queue) > 0 || wantDir {
-				return "", fmt.Errorf("%s is %w", next, errNotDir)
-			}
-			cur = append(cur, c)
-		default:
-			cur = append(cur, c)
-		}
-	}
-	return strings.Join(cur, "/"), nil
-}
-
 // diskLookup reports what the disk holds at a root-relative path now.
-func diskLookup(root, rel string) (kind, string, error) {
+func diskLookup(root, rel string) (linkwalk.Kind, string, error) {
 	abs := filepath.Join(root, filepath.FromSlash(rel))
 	fi, err := os.Lstat(abs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return kindNone, "", nil
+		return linkwalk.Missing, "", nil
 	case err != nil:
 		return 0, "", err
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -387,27 +309,11 @@ func diskLookup(root, rel string) (kind, string, error) {
 		if err != nil {
 			return 0, "", err
 		}
-		return kindLink, t, nil
+		return linkwalk.Link, t, nil
 	case fi.IsDir():
-		return kindDir, "", nil
+		return linkwalk.Dir, "", nil
 	}
-	return kindFile, "", nil
-}
-
-// insideRoot converts an absolute link target to a root-relative path if it
-// names something inside the root (spelled either resolved or as given).
-func insideRoot(target, root, alias string) (string, bool) {
-	t := filepath.Clean(target)
-	for _, r := range []string{root, alias} {
-		rel, err := filepath.Rel(r, t)
-		if err == nil && (rel == "." || filepath.IsLocal(rel)) {
-			if rel == "." {
-				rel = ""
-			}
-			return filepath.ToSlash(rel), true
-		}
-	}
-	return "", false
+	return linkwalk.File, "", nil
 }
 
 // missingDirs lists the directories the restore must create, relative to
@@ -422,27 +328,4 @@ func missingDirs(root string, dirs map[string]string) []string {
 	}
 	sort.Strings(out) // a parent is a prefix of its children, so sorts first
 	return out
-}
-
-func splitRel(p string) []string {
-	if p == "" || p == "." {
-		return nil
-	}
-	return strings.Split(p, "/")
-}
-
-func joinRel(dir, name string) string {
-	if dir == "" {
-		return name
-	}
-	return dir + "/" + name
-}
-
-// dirOf is path.Dir with "" for the root.
-func dirOf(p string) string {
-	d := path.Dir(p)
-	if d == "." {
-		return ""
-	}
-	return d
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ferrylabs/ferry/internal/linkwalk"
 	"go.uber.org/zap"
 )
 
@@ -41,7 +42,7 @@ func lexicalTarget(root string, l Symlink) (string, bool) {
 // otherwise it is rewritten to the relative path of the resolved file.
 func (e *engine) checkLink(l Symlink) (Symlink, bool) {
 	rel, err := e.resolveInside(l)
-	if err != nil && !errors.Is(err, errOutside) {
+	if err != nil && !errors.Is(err, linkwalk.ErrOutside) {
 		e.warnLink(l, "target does not exist or cannot be resolved")
 		return l, false
 	}
@@ -60,91 +61,33 @@ func (e *engine) checkLink(l Symlink) (Symlink, bool) {
 	return Symlink{RelPath: l.RelPath, Target: filepath.ToSlash(target)}, true
 }
 
-// errOutside is why a link's target is refused when resolving it would
-// leave the root.
-var errOutside = errors.New("it passes outside")
-
-// errLoop is why a chain of more than 255 links is refused.
-var errLoop = errors.New("too many links")
-
 // resolveInside returns where l leads, as a slash path relative to the
 // root, resolving each component beneath the root (os.Root) and every
-// link met on the way, and touching nothing outside: a ".." above the
-// root, or an absolute target not spelled under the root's path (as
-// given or resolved), is errOutside.
+// link met on the way (linkwalk, as restore resolves), and touching
+// nothing outside: a ".." above the root, or an absolute target not
+// spelled under the root's path (as given or resolved), is
+// linkwalk.ErrOutside; a missing component is fs.ErrNotExist.
 func (e *engine) resolveInside(l Symlink) (string, error) {
 	r, err := os.OpenRoot(e.tree.root)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
-	var cur []string
-	if p := parent(l.RelPath); p != "" {
-		cur = strings.Split(p, "/")
+	lookup := func(rel string) (linkwalk.Kind, string, error) {
+		fi, err := r.Lstat(rel)
+		switch {
+		case err != nil:
+			return 0, "", err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := r.Readlink(rel)
+			return linkwalk.Link, t, err
+		case fi.IsDir():
+			return linkwalk.Dir, "", nil
+		}
+		return linkwalk.File, "", nil
 	}
-	todo, abs, err := e.targetParts(l.Target)
-	if err != nil {
-		return "", err
-	}
-	if abs {
-		cur = nil
-	}
-	for hops := 0; len(todo) > 0; {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(cur) == 0 {
-				return "", errOutside
-			}
-			cur = cur[:len(cur)-1]
-			continue
-		}
-		p := strings.Join(append(cur, c), "/")
-		fi, err := r.Lstat(p)
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			cur = append(cur, c)
-			continue
-		}
-		if hops++; hops > 255 {
-			return "", errLoop
-		}
-		t, err := r.Readlink(p)
-		if err != nil {
-			return "", err
-		}
-		more, abs, err := e.targetParts(t)
-		if err != nil {
-			return "", err
-		}
-		if abs {
-			cur = nil
-		}
-		todo = append(more, todo...)
-	}
-	return strings.Join(cur, "/"), nil
-}
-
-// targetParts splits a link's target into components to resolve: from the
-// link's folder, or from the root (abs) for an absolute target spelled
-// under the root's path as given or resolved.
-func (e *engine) targetParts(target string) (parts []string, abs bool, err error) {
-	target = filepath.ToSlash(target)
-	if !filepath.IsAbs(filepath.FromSlash(target)) {
-		return strings.Split(target, "/"), false, nil
-	}
-	for _, root := range []string{e.tree.root, e.rootReal} {
-		root = strings.TrimSuffix(filepath.ToSlash(root), "/")
-		if rest, ok := strings.CutPrefix(target, root+"/"); ok && root != "" {
-			return strings.Split(rest, "/"), true, nil
-		}
-	}
-	return nil, false, errOutside
+	under := func(abs string) (string, bool) { return linkwalk.UnderRoot(abs, e.tree.root, e.rootReal) }
+	return linkwalk.Walk{Lookup: lookup, Under: under}.Resolve(parent(l.RelPath), filepath.ToSlash(l.Target), false)
 }
 
 func (e *engine) warnLink(l Symlink, why string) {
