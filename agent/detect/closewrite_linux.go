@@ -54,9 +54,16 @@ func startCloseWatch(t *closeTracker) (*closeWatch, error) {
 		unmatched: map[string]time.Time{}, movedFrom: map[uint32]string{}}, nil
 }
 
-// add watches one folder (adding it again is harmless).
-func (w *closeWatch) add(abs string) error {
-	wd, err := unix.InotifyAddWatch(w.fd, abs, closeWatchMask)
+// add watches the folder open as dir, named abs in events (adding it again
+// is harmless). The watch is added through the open descriptor, not the
+// path: a folder on the path swapped for a link since it was opened cannot
+// move the watch outside the watched directory.
+func (w *closeWatch) add(dir *os.File, abs string) error {
+	wd, err := unix.InotifyAddWatch(w.fd, fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), closeWatchMask&^unix.IN_DONT_FOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		// No /proc here: by path, the last component not followed.
+		wd, err = unix.InotifyAddWatch(w.fd, abs, closeWatchMask)
+	}
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,6 +124,49 @@ func TestListingFollowsNoSwap(t *testing.T) {
 	}
 	if e, ok := tr.Get("step_1/__0_0.distcp"); ok && e.Err == nil {
 		t.Errorf("a file of the other folder stat'ed through the link: %+v", e)
+	}
+	if names := opened(); len(names) > 0 {
+		t.Errorf("the other folder was opened: %q", names)
+	}
+}
+
+// TestWatchFollowsNoSwap: a folder swapped for a link to another folder
+// before the watcher adds its inotify watches gets none: inotify resolves
+// a path as the agent's user would, so a watch by path would have the
+// agent, often root, watch the other folder and log what is created
+// there under the watched names. Both watches are checked: fsnotify's
+// (by path, removed again) and the close-write one (by descriptor).
+func TestWatchFollowsNoSwap(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	write(t, root, "step_1/sub/__0_0.distcp", "weights")
+	write(t, outside, "sub/id_ed25519", "key")
+	w := newWatcher(t, Options{Dir: root, Layout: "dcp"})
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsw.Close()
+	cw, err := startCloseWatch(newCloseTracker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cw.close()
+	w.fsw, w.closeW = fsw, cw
+	w.watchDir("step_1/sub")
+	if got := fsw.WatchList(); len(got) != 1 || len(cw.dirs) != 1 {
+		t.Fatalf("before the swap: fsnotify watches %q, close-write %v; want step_1/sub in each", got, cw.dirs)
+	}
+	opened := swapStepForLink(t, root, outside, unix.IN_OPEN)
+	fsw.Remove(w.tree.abs("step_1/sub")) // the watch of the folder moved aside
+	for wd := range cw.dirs {
+		delete(cw.dirs, wd)
+	}
+	w.watchDir("step_1/sub")
+	if got := fsw.WatchList(); len(got) != 0 {
+		t.Errorf("fsnotify watches %q through the link to another folder", got)
+	}
+	if len(cw.dirs) != 0 {
+		t.Errorf("close-write watches %v through the link to another folder", cw.dirs)
 	}
 	if names := opened(); len(names) > 0 {
 		t.Errorf("the other folder was opened: %q", names)

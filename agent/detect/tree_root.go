@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"slices"
@@ -82,4 +83,34 @@ func (t *Tree) readlink(p string) (string, error) {
 	}
 	defer done()
 	return r.Readlink(rootName(p))
+}
+
+// openDir opens the folder p beneath the root for watching: anything that
+// is not a folder fails, and a link is followed only inside the root.
+func (t *Tree) openDir(p string) (*os.File, error) {
+	r, done, err := t.openRoot()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	f, err := r.OpenFile(rootName(p), os.O_RDONLY|openDirFlag, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a folder", p)
+	}
+	return f, nil
+}
+
+// sameDir reports whether the folder p beneath the root is still the one
+// open as f.
+func (t *Tree) sameDir(p string, f *os.File) bool {
+	now, err := t.lstat(p)
+	if err != nil || !now.IsDir() {
+		return false
+	}
+	was, err := f.Stat()
+	return err == nil && os.SameFile(was, now)
 }

@@ -352,19 +352,36 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 // periodic rescan still finds what is written there, only later. Every
 // rescan adds the watches again (adding an existing one is harmless), which
 // also repairs a watch fsnotify dropped when a folder was renamed.
+//
+// inotify resolves a path as the agent's user would, links included: a
+// folder swapped for a link to /etc would have the agent, often root,
+// watch /etc and log what is created there under the watched names. So the
+// folder is opened beneath the root first, the close-write watch is added
+// through that descriptor, and the fsnotify watch (which takes only a
+// path) is removed again if the path no longer names that folder.
 func (w *Watcher) watchDir(rel string) {
 	if w.fsw == nil {
 		return
 	}
-	if w.closeW != nil {
-		_ = w.closeW.add(w.tree.abs(rel)) // a folder it misses falls back to settling
+	dir, err := w.tree.openDir(rel)
+	if err != nil {
+		return // gone, or no longer a folder: the rescan sees what it is
 	}
-	if err := w.fsw.Add(w.tree.abs(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	defer dir.Close()
+	abs := w.tree.abs(rel)
+	if w.closeW != nil {
+		_ = w.closeW.add(dir, abs) // a folder it misses falls back to settling
+	}
+	if err := w.fsw.Add(abs); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if !w.watchErred {
 			w.watchErred = true
 			w.log.Warn("cannot watch folder; it is seen at rescans only (raise fs.inotify.max_user_watches or use polling)",
-				zap.String("dir", w.tree.abs(rel)), zap.Error(err))
+				zap.String("dir", abs), zap.Error(err))
 		}
+		return
+	}
+	if !w.tree.sameDir(rel, dir) {
+		_ = w.fsw.Remove(abs)
 	}
 }
 
