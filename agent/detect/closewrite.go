@@ -1,7 +1,10 @@
 package detect
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -48,16 +51,36 @@ type closeRecord struct {
 // closeTracker holds the close records; the inotify reader writes them and
 // evaluations read them.
 type closeTracker struct {
+	root    string // the watched directory: files are looked at beneath it
 	mu      sync.Mutex
 	records map[fileID]closeRecord
 }
 
-func newCloseTracker() *closeTracker { return &closeTracker{records: map[fileID]closeRecord{}} }
+func newCloseTracker(root string) *closeTracker {
+	return &closeTracker{root: root, records: map[fileID]closeRecord{}}
+}
+
+// lstat describes the file at abs, a path under the root, looked up beneath
+// the root (os.Root): a folder on the way swapped for a link to another
+// folder is not followed there. It opens the root for each look, since
+// the inotify reader calls it from its own goroutine.
+func (c *closeTracker) lstat(abs string) (fs.FileInfo, error) {
+	rel, err := filepath.Rel(c.root, abs)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil, fmt.Errorf("%s: not below the watched directory %s", abs, c.root)
+	}
+	r, err := os.OpenRoot(c.root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Lstat(rel)
+}
 
 // closed records that the file at abs was closed after writing, as it is
 // now. It reports false when nothing is at abs (renamed or removed since).
 func (c *closeTracker) closed(abs string, now time.Time) bool {
-	fi, err := os.Lstat(abs)
+	fi, err := c.lstat(abs)
 	if err != nil {
 		return false
 	}
@@ -73,7 +96,7 @@ func (c *closeTracker) closed(abs string, now time.Time) bool {
 
 // written records that the file at abs was written: not closed any more.
 func (c *closeTracker) written(abs string) {
-	fi, err := os.Lstat(abs)
+	fi, err := c.lstat(abs)
 	if err != nil {
 		return
 	}
@@ -95,7 +118,7 @@ func (c *closeTracker) reset() {
 // f records it; recorded is true, with the close's time, when its writer's
 // close was seen with it as it is now.
 func (c *closeTracker) closedAt(f File, abs string) (at time.Time, recorded, unchanged bool) {
-	fi, err := os.Lstat(abs)
+	fi, err := c.lstat(abs)
 	if err != nil || fi.Size() != f.Size || !fi.ModTime().Equal(f.ModTime) {
 		return time.Time{}, false, false
 	}

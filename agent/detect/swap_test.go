@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
@@ -40,7 +41,7 @@ func TestLeaseProbeFollowsNoSwap(t *testing.T) {
 	if err := w.rescan(nil); err != nil {
 		t.Fatal(err)
 	}
-	w.closes = newCloseTracker()
+	w.closes = newCloseTracker(root)
 	var c Candidate
 	for _, name := range []string{".metadata", "__0_0.distcp"} {
 		e, ok := w.tree.Get("step_1/" + name)
@@ -146,7 +147,7 @@ func TestWatchFollowsNoSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fsw.Close()
-	cw, err := startCloseWatch(newCloseTracker())
+	cw, err := startCloseWatch(newCloseTracker(root))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +171,35 @@ func TestWatchFollowsNoSwap(t *testing.T) {
 	}
 	if names := opened(); len(names) > 0 {
 		t.Errorf("the other folder was opened: %q", names)
+	}
+}
+
+// TestCloseRecordsFollowNoSwap: a close event names a file by its watched
+// path; the tracker looks at it beneath the watched directory, so a
+// folder swapped for a link to another folder between the close and its
+// look records nothing of the other folder's files (whose inodes would
+// then be vouched for) and tells nothing of what exists there.
+func TestCloseRecordsFollowNoSwap(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	write(t, root, "step_1/__0_0.distcp", "weights")
+	write(t, outside, "__0_0.distcp", "secrets")
+	c := newCloseTracker(root)
+	abs := filepath.Join(root, "step_1", "__0_0.distcp")
+	if !c.closed(abs, time.Now()) || len(c.records) != 1 {
+		t.Fatalf("the step's own file is not recorded as closed: %v", c.records)
+	}
+	c.reset()
+	swapStepForLink(t, root, outside, unix.IN_OPEN)
+	if c.closed(abs, time.Now()) || len(c.records) != 0 {
+		t.Errorf("a file of the other folder was recorded through the link: %v", c.records)
+	}
+	fi, err := os.Stat(filepath.Join(outside, "__0_0.distcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the scan would have seen it, had the trainer matched the other
+	// file's size and mtime.
+	if _, recorded, unchanged := c.closedAt(File{RelPath: "step_1/__0_0.distcp", Size: fi.Size(), ModTime: fi.ModTime()}, abs); recorded || unchanged {
+		t.Errorf("the other folder's file was looked at through the link (recorded %v, unchanged %v)", recorded, unchanged)
 	}
 }

@@ -388,7 +388,7 @@ func (w *Watcher) watchDir(rel string) {
 // startCloseWatch starts the close-write reader for one Run and returns
 // the function that stops it. Without it, steps settle as before.
 func (w *Watcher) startCloseWatch() (stop func()) {
-	t := newCloseTracker()
+	t := newCloseTracker(w.tree.root)
 	cw, err := startCloseWatch(t)
 	if err != nil {
 		w.log.Info("close-write detection unavailable; steps wait out the settle window", zap.Error(err))
