@@ -125,6 +125,9 @@ func FindAgents(base string) ([]AgentDir, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("list agents in %s: %w: %s", root, err, control.NotOwnerFix)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list agents in %s: %w", root, err)
 	}

@@ -121,6 +121,11 @@ func (cl *Client) Flush(ctx context.Context, timeout time.Duration) (notCommitte
 	return resp.NotCommitted, &NotCommittedError{Steps: resp.NotCommitted, Reason: resp.Error}
 }
 
+// NotOwnerFix is what to do when the agent's state folder or control
+// socket is not open to this user: they are the agent's user's alone.
+const NotOwnerFix = "the agent's control socket is open only to the user the agent runs as (and root): " +
+	"run this command as that user, or run the agent as the user that runs it (the trainer's, for ferry commit)"
+
 // do sends one request and decodes the JSON answer into v.
 func (cl *Client) do(ctx context.Context, method, url string, v any) error {
 	op := strings.TrimPrefix(strings.SplitN(url, "?", 2)[0], "/")
@@ -135,6 +140,9 @@ func (cl *Client) do(ctx context.Context, method, url string, v any) error {
 		}
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("%w with state dir %s (socket %s)", ErrNoAgent, cl.stateDir, cl.path)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("%s: ferry agent at %s: %w: %s", op, cl.path, err, NotOwnerFix)
 		}
 		return fmt.Errorf("%s: ferry agent at %s: %w", op, cl.path, err)
 	}

@@ -48,11 +48,7 @@ func TestTroubleshootingNamesRealErrors(t *testing.T) {
 		{"doctor: missing bucket", nil, []string{"doctor", "--quiet", "--watch", src, "--to", "s3://no-such-bucket-ferry/run"}, 1},
 		{"doctor: no keys", noKeys, []string{"doctor", "--quiet", "--watch", src, "--to", url}, 1},
 	}
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "troubleshooting.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	page := maskMessage(strings.Join(strings.Fields(strings.ReplaceAll(string(data), "`", "")), " "))
+	page := troubleshootingPage(t)
 	for _, c := range cases {
 		r := ferryEnv(t, append(srv.Env(), c.env...), c.args...)
 		if c.name == "wrong region" && r.code == 0 {
@@ -78,6 +74,17 @@ func TestTroubleshootingNamesRealErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// troubleshootingPage is docs/troubleshooting.md as one masked line, its
+// code marks dropped.
+func troubleshootingPage(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "troubleshooting.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return maskMessage(strings.Join(strings.Fields(strings.ReplaceAll(string(data), "`", "")), " "))
 }
 
 var (
