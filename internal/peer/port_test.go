@@ -76,13 +76,14 @@ func TestSeedPlansKeepDescriptorsFlat(t *testing.T) {
 	}
 }
 
-// knock opens a connection to addr that sends one unsigned request, reads
-// the refusal and then stays idle (or, without request, sends nothing),
-// and returns when the server closed it. answered: the refusal came
+// knock opens a connection to addr, from the address from, that sends one
+// unsigned request, reads the refusal and then stays idle (or, without
+// request, sends nothing), and returns when the server closed it. answered: the refusal came
 // (before the deadline give); an error: the connection was still open at
 // the deadline.
-func knock(addr string, request bool, give time.Duration) (answered bool, err error) {
-	c, err := net.Dial("tcp", addr)
+func knock(addr, from string, request bool, give time.Duration) (answered bool, err error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return false, err
 	}
@@ -132,7 +133,9 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	errs := make(chan error, 300)
 	for i := range 300 {
 		conns.Go(func() {
-			if _, err := knock(addrs[0], i%2 == 0, 20*time.Second); err != nil {
+			// From three addresses, none of them the nodes' own: each
+			// stays under the per-address cap (tested on its own below).
+			if _, err := knock(addrs[0], fmt.Sprintf("127.0.0.%d", 2+i%3), i%2 == 0, 20*time.Second); err != nil {
 				errs <- err
 			}
 		})
@@ -208,6 +211,68 @@ func TestConnectionCap(t *testing.T) {
 	wg.Wait()
 	if got := answered.Load(); got != 16 {
 		t.Fatalf("%d of 100 connections held open were served; the cap is 16", got)
+	}
+}
+
+// One address cannot take every slot: of 20 connections it holds open, 8
+// (its cap) are answered and the rest closed at once, and another address
+// is still served meanwhile; once its connections close, it gets slots
+// again.
+func TestConnectionCapPerAddress(t *testing.T) {
+	st, _ := step(t, 1000)
+	addr := freeAddrs(t, 1)[0]
+	n, err := Start(Config{Bucket: st, Key: testKey, Listener: listen(t, addr), Peers: []string{addr},
+		limits: serverLimits{conns: 64, perAddr: 8, header: time.Minute, idle: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ask := func(from string) (net.Conn, bool) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte("GET /v1/plan HTTP/1.1\r\nHost: " + addr + "\r\n\r\n")); err != nil {
+			return c, false // closed before the request was sent
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return c, false
+		}
+		resp.Body.Close()
+		return c, true
+	}
+	var held []net.Conn
+	answered := 0
+	for range 20 {
+		c, ok := ask("127.0.0.1")
+		held = append(held, c)
+		if ok {
+			answered++
+		}
+	}
+	if answered != 8 {
+		t.Errorf("%d of 20 connections from one address held open were served; its cap is 8", answered)
+	}
+	if c, ok := ask("127.0.0.2"); !ok {
+		t.Error("another address was not served while the first held its cap")
+	} else {
+		c.Close()
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, ok := ask("127.0.0.1")
+		c.Close()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first address got no slot back after closing its connections")
+		}
 	}
 }
 
