@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
@@ -165,4 +166,95 @@ func answers(path string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// ShareControl opens the agent's control socket in stateDir, under the base
+// state dir base, to the members of group gid (ferry agent
+// --control-group): the trainer's user can then call ferry commit, flush
+// and status beside an agent that runs as another user. Only what those
+// commands need is opened: the agents' folders can be listed (0750), the
+// agent's identity read (0640: a watch dir and a destination, no secret)
+// and its socket used (0660); the journal and the upload state stay the
+// agent's alone. base itself is not changed: it must already let the
+// group pass (0711, or 0710 with the group), and the agents' folder must be
+// the agent's user's own. Whoever can use the socket can declare a step
+// complete: give it the group that writes the checkpoints, which can
+// already make any step what it likes.
+func ShareControl(base, stateDir string, gid int) error {
+	if err := CheckControlGroup(base, gid); err != nil {
+		return err
+	}
+	agents := filepath.Join(base, agentsDirName)
+	if err := ownedByMe(agents); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		path string
+		mode fs.FileMode
+	}{
+		{agents, 0o750},
+		{stateDir, 0o750},
+		{filepath.Join(stateDir, identityFileName), 0o640},
+		{control.SocketPath(stateDir), 0o660},
+	} {
+		if err := os.Lchown(p.path, -1, gid); err != nil {
+			return fmt.Errorf("open the control socket to group %d: %w (the agent's user must be a member of it)", gid, err)
+		}
+		if err := os.Chmod(p.path, p.mode); err != nil {
+			return fmt.Errorf("open the control socket to group %d: %w", gid, err)
+		}
+	}
+	return nil
+}
+
+// CheckControlGroup checks, before the agent starts (ferry doctor) and as it
+// starts, that it can open its control socket to group gid under the base
+// state dir base: the group can pass through base, and this process can
+// give its files to the group (root, or a member of it).
+func CheckControlGroup(base string, gid int) error {
+	if err := groupCanPass(base, gid); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 || os.Getegid() == gid {
+		return nil
+	}
+	groups, err := os.Getgroups()
+	if err != nil {
+		return fmt.Errorf("control group: %w", err)
+	}
+	for _, g := range groups {
+		if g == gid {
+			return nil
+		}
+	}
+	return fmt.Errorf("the agent's user is not a member of group %d, so it cannot give its control socket to it: add it (usermod -aG GROUP USER)", gid)
+}
+
+// groupCanPass checks that members of gid can pass through the folder dir.
+func groupCanPass(dir string, gid int) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o001 != 0 {
+		return nil
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Gid) == gid && perm&0o010 != 0 {
+		return nil
+	}
+	return fmt.Errorf("state dir %s (mode %04o) does not let group %d reach the control socket: chmod 0711 it (in the systemd unit: StateDirectoryMode=0711)", dir, perm, gid)
+}
+
+// ownedByMe checks that the folder at p belongs to this process's user, so
+// that opening it to a group changes nothing of anyone else's.
+func ownedByMe(p string) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("state dir %s belongs to user %d, not to the agent's (%d): give --state-dir a folder of the agent's own", p, st.Uid, os.Geteuid())
+	}
+	return nil
 }

@@ -122,9 +122,10 @@ func (cl *Client) Flush(ctx context.Context, timeout time.Duration) (notCommitte
 }
 
 // NotOwnerFix is what to do when the agent's state folder or control
-// socket is not open to this user: they are the agent's user's alone.
-const NotOwnerFix = "the agent's control socket is open only to the user the agent runs as (and root): " +
-	"run this command as that user, or run the agent as the user that runs it (the trainer's, for ferry commit)"
+// socket is not open to this user: they are the agent's user's alone,
+// unless the agent opened them to a group (--control-group).
+const NotOwnerFix = "the agent's control socket is not open to this user: run this command as the agent's user, " +
+	"or start the agent with --control-group (FERRY_CONTROL_GROUP) naming a group of this user"
 
 // do sends one request and decodes the JSON answer into v.
 func (cl *Client) do(ctx context.Context, method, url string, v any) error {

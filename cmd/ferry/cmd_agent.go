@@ -31,6 +31,8 @@ type agentOptions struct {
 	watch, to     string
 	layout        string
 	stateDir      string
+	controlGroup  string
+	controlGID    int // controlGroup's number, -1 without it
 	concurrency   int
 	partSize      int64
 	noPack        bool
@@ -102,6 +104,8 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 		to:            c.String("to"),
 		layout:        c.String("layout"),
 		stateDir:      c.String("state-dir"),
+		controlGroup:  c.String("control-group"),
+		controlGID:    -1,
 		concurrency:   c.Int("concurrency"),
 		keepLocal:     c.Int("keep-local"),
 		metricsAddr:   c.String("metrics-addr"),
@@ -133,6 +137,11 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 	}
 	if o.node, err = readNodes(c, os.Getenv); err != nil {
 		return o, err
+	}
+	if o.controlGroup != "" {
+		if o.controlGID, err = lookupGroup(o.controlGroup); err != nil {
+			return o, err
+		}
 	}
 	if o.partSize, err = sizeFlag(c, "part-size"); err != nil {
 		return o, err
@@ -240,6 +249,12 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 	a, err := agent.New(o.agentConfig(ratelimit.Uploads(st, limiter), loc, stateDir, ms.addr(), counters.Snapshot, metrics, log))
 	if err != nil {
 		return err
+	}
+	if o.controlGID >= 0 {
+		if err := agent.ShareControl(base, stateDir, o.controlGID); err != nil {
+			return fmt.Errorf("--control-group %s: %w", o.controlGroup, err)
+		}
+		log.Info("control socket open to a group", zap.String("group", o.controlGroup), zap.String("socket", control.SocketPath(stateDir)))
 	}
 	if o.servePeers != "" {
 		// The bucket's own store: the peers' key is derived from its

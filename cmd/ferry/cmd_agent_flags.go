@@ -15,6 +15,7 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "destination `s3://bucket/prefix` or file:///folder (required)"},
 		&cli.StringFlag{Name: "layout", Value: "auto", EnvVars: []string{"FERRY_LAYOUT"}, Usage: "checkpoint layout: " + joinNames(detect.LayoutNames())},
 		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"FERRY_STATE_DIR"}, Usage: "base of the journal, upload state and control socket, kept per watch dir and destination under agents/ (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
+		&cli.StringFlag{Name: "control-group", EnvVars: []string{"FERRY_CONTROL_GROUP"}, Usage: "let members of `GROUP` (a name or a number) use the control socket, for ferry commit, flush and status run by the trainer's user beside an agent that runs as another; the state dir must let them pass (mode 0711) (default: the agent's user only)"},
 		&cli.IntFlag{Name: "concurrency", Value: uploader.DefaultConcurrency, EnvVars: []string{"FERRY_CONCURRENCY"}, Usage: "most upload requests in flight; within it, requests are sized by bytes (16 parts in flight), so small files get many and big parts few"},
 		&cli.StringFlag{Name: "part-size", Value: "64MiB", EnvVars: []string{"FERRY_PART_SIZE"}, Usage: "multipart part size"},
 		packFlag(),

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/doctor"
 	"github.com/ferrylabs/ferry/internal/s3store"
@@ -85,6 +86,8 @@ func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr 
 		Bucket: loc.Bucket, Prefix: loc.Prefix, Store: st, Credentials: creds, CABundle: os.Getenv("AWS_CA_BUNDLE"),
 		Detect: detectOpts, StateDir: base, Cache: storecheck.Cache{Dir: storesDir(base)},
 		MultipartSize: store.MinPartSize,
+		ControlGroup:  o.controlGroup,
+		ControlCheck:  func() error { return agent.CheckControlGroup(base, o.controlGID) },
 	}
 	rs := append(doctor.Remote(ctx, cfg), doctor.Local(ctx, cfg)...)
 	switch {

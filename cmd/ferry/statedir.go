@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -118,4 +120,16 @@ func legacyJournal(base string) string {
 		return ""
 	}
 	return p
+}
+
+// lookupGroup returns the number of the group named by --control-group: a
+// name in the group database, or a number.
+func lookupGroup(name string) (int, error) {
+	if g, err := user.LookupGroup(name); err == nil {
+		return strconv.Atoi(g.Gid)
+	}
+	if gid, err := strconv.Atoi(name); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	return -1, usagef("--control-group %q: no such group (give a group name this host knows, or its number)", name)
 }

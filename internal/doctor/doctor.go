@@ -79,6 +79,10 @@ type Config struct {
 	// MultipartSize is the part size of the multipart check (at least
 	// store.MinPartSize; 0 means that).
 	MultipartSize int64
+	// ControlGroup is --control-group ("" without it), and ControlCheck
+	// what the agent will check of it as it starts.
+	ControlGroup string
+	ControlCheck func() error
 }
 
 // Failed reports whether any result is a failure.

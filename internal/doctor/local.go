@@ -41,7 +41,25 @@ func Local(ctx context.Context, cfg Config) []Result {
 	rs = append(rs, layoutCheck(ctx, cfg.Detect))
 	rs = append(rs, filesystemCheck(dir, cfg.Detect.Poll), inotifyCheck(dir, cfg.Detect.Poll))
 	rs = append(rs, leaseCheck(dir, cfg.Detect.CloseWrite))
-	return append(rs, freeSpaceCheck(dir), stateDirCheck(cfg.StateDir))
+	rs = append(rs, freeSpaceCheck(dir), stateDirCheck(cfg.StateDir))
+	if cfg.ControlGroup != "" {
+		rs = append(rs, controlGroupCheck(cfg))
+	}
+	return rs
+}
+
+// controlGroupCheck checks that the agent can open its control socket to
+// --control-group as it starts.
+func controlGroupCheck(cfg Config) Result {
+	const check = "control group"
+	if _, err := os.Stat(cfg.StateDir); errors.Is(err, fs.ErrNotExist) {
+		return warn(check, "create the state dir with mode 0711 (the systemd unit: StateDirectoryMode=0711)",
+			"%s does not exist yet: the agent creates it owner-only, which keeps group %s out", cfg.StateDir, cfg.ControlGroup)
+	}
+	if err := cfg.ControlCheck(); err != nil {
+		return fail(check, "", "%v", err)
+	}
+	return ok(check, "members of %s may use the control socket (ferry commit, flush, status)", cfg.ControlGroup)
 }
 
 // layoutCheck runs the agent's detection on the watch dir for a moment:
