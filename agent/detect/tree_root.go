@@ -50,12 +50,7 @@ func rootName(p string) string {
 
 // readDir lists the folder p beneath the root, sorted by name.
 func (t *Tree) readDir(p string) ([]fs.DirEntry, error) {
-	r, done, err := t.openRoot()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	f, err := r.OpenFile(rootName(p), os.O_RDONLY|openDirFlag, 0)
+	f, err := t.openDir(p)
 	if err != nil {
 		return nil, err
 	}
@@ -85,8 +80,9 @@ func (t *Tree) readlink(p string) (string, error) {
 	return r.Readlink(rootName(p))
 }
 
-// openDir opens the folder p beneath the root for watching: anything that
-// is not a folder fails, and a link is followed only inside the root.
+// openDir opens the folder p beneath the root, to list or watch it:
+// anything that is not a folder fails, and a link is followed only inside
+// the root.
 func (t *Tree) openDir(p string) (*os.File, error) {
 	r, done, err := t.openRoot()
 	if err != nil {
