@@ -70,9 +70,9 @@ func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr 
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do if stderr is gone
-	st, err := openLocation(ctx, o.remote, loc, log, 4, nil)
-	if err != nil {
-		return err
+	st, openErr := openLocation(ctx, o.remote, loc, log, 4, nil)
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	var creds func(context.Context) (string, error)
 	if s3, ok := st.(*s3store.Store); ok {
@@ -89,7 +89,13 @@ func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr 
 		ControlGroup:  o.controlGroup,
 		ControlCheck:  func() error { return agent.CheckControlGroup(base, o.controlGID) },
 	}
-	rs := append(doctor.Remote(ctx, cfg), doctor.Local(ctx, cfg)...)
+	var rs []doctor.Result
+	if openErr != nil {
+		rs = doctor.Unopened(openErr)
+	} else {
+		rs = doctor.Remote(ctx, cfg)
+	}
+	rs = append(rs, doctor.Local(ctx, cfg)...)
 	switch {
 	case asJSON:
 		err = doctor.PrintJSON(stdout, rs)

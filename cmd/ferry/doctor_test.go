@@ -186,3 +186,21 @@ func TestDoctorFolder(t *testing.T) {
 		t.Errorf("doctor left %q in the folder", left)
 	}
 }
+
+// TestDoctorDestinationUnopened: a destination that cannot even be opened
+// (a folder that does not exist) is one fail line saying why; the store's
+// other checks are skipped and this host's still run.
+func TestDoctorDestinationUnopened(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-folder")
+	r := ferry(t, nil, "doctor", "--json", "--watch", deepSpeedTree(t), "--to", "file://"+missing, "--state-dir", t.TempDir()).must(t, 1)
+	var d doctorResult
+	decodeJSON(t, r.stdout, &d)
+	for check, want := range map[string]string{"destination": "fail", "bucket": "skip", "conditional writes": "skip", "watch dir": "ok", "layout": "ok", "state dir": "ok"} {
+		if got := d.status(check); got != want {
+			t.Errorf("%s: %s, want %s\n%s", check, got, want, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, missing+" does not exist: create it") {
+		t.Errorf("the destination's line does not say what is wrong:\n%s", r.stdout)
+	}
+}

@@ -60,6 +60,15 @@ func folder(ctx context.Context, cfg Config) []Result {
 	return append(rs, conditionalCheck(ctx, cfg))
 }
 
+// Unopened is the result of the store checks when the destination could not
+// even be opened (a folder that does not exist or cannot be read, an
+// endpoint or CA bundle the SDK refuses): one fail line saying why, the
+// other store checks skipped, so that the local checks still run.
+func Unopened(err error) []Result {
+	rs := []Result{fail("destination", "", "%v", err)} // its text says what to fix
+	return append(rs, skipAll("the destination cannot be opened", append([]string{"bucket"}, bucketChecks...)...)...)
+}
+
 func skipAll(why string, checks ...string) []Result {
 	out := make([]Result, len(checks))
 	for i, c := range checks {
