@@ -151,14 +151,14 @@ $(TRIXIE)/.ferry-stamp:
 ## committed step loaded at 1, 2 and 8 ranks, resumed bit-exact; HF-style
 ## and torch.save trainers (examples/dcp; as root: chroot)
 e2e-dcp: tools trixie
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/static/ferry ./cmd/ferry
+	$(FERRY_BUILD) -o $(BIN)/static/ferry ./cmd/ferry
 	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) timeout 1200 ./examples/dcp/scenario.sh
 
 ## dcp-measure: an inotify trace of torch 2.6 dcp.save and async_save of a
 ## 4-rank ~200 MiB step, and ferry's time to durable after each (results in
 ## bench-results/dcp/; examples/dcp/measure.sh)
 dcp-measure: tools trixie
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/static/ferry ./cmd/ferry
+	$(FERRY_BUILD) -o $(BIN)/static/ferry ./cmd/ferry
 	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) ./examples/dcp/measure.sh
 
 
