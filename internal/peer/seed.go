@@ -106,7 +106,7 @@ type Holdings func(ctx context.Context, step int64) (dir string, files []heldfil
 
 // Seed serves the committed steps a node holds on disk to the nodes
 // restoring them, without restoring anything itself: `ferry agent
-// --peer-listen` beside a training job, whose checkpoints a replacement
+// --serve-peers` beside a training job, whose checkpoints a replacement
 // node then restores from the survivors. A restoring node lists the seed
 // among its --peers; asked for its plan of a step, the seed answers with
 // what hold says it holds, and serves ranges of those files only: regular

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -126,4 +128,30 @@ func TestDNSOutage(t *testing.T) {
 		t.Fatalf("%d failures: the outage did not last", failures)
 	}
 	t.Logf("%d failed tries over the %v outage, then success", failures, outage)
+}
+
+// A server that refuses every signature as too far from its clock, even
+// after the SDK's correction from its Date header (a host clock the
+// correction cannot bring in, or a proxy in between that keeps its own):
+// one line saying the clock is wrong and what to do, not the SDK's text.
+func TestClockSkewRefusedSaysSo(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>RequestTimeTooSkewed</Code>`+
+			`<Message>The difference between the request time and the current time is too large.</Message></Error>`)
+	}))
+	t.Cleanup(srv.Close)
+	st, err := s3store.New(t.Context(), s3store.Config{Endpoint: srv.URL, Region: "us-east-1", Bucket: "b",
+		AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret", MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("a step")
+	_, err = st.Put(t.Context(), "k", bytes.NewReader(data), int64(len(data)), store.PutOptions{})
+	want := "this host's clock differs from " + srv.URL + "'s by more than the 15 minutes S3 allows (RequestTimeTooSkewed): set the clock right"
+	var ur interface{ UserReason() string }
+	if !errors.As(err, &ur) || !strings.HasPrefix(ur.UserReason(), want) {
+		t.Fatalf("put refused for clock skew: %v\nwant the reason %q", err, want)
+	}
 }
