@@ -200,6 +200,7 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		return sum, err
 	}
 	o.from = loc.String()
+	warnOthersFolder(o.to, log)
 	start := time.Now()
 	ropts, bar := o.restoreOptions(st, loc, log, stderr)
 	if o.ranks != "" {

@@ -178,3 +178,30 @@ func copyExecutable(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRestoreIntoOthersFolderWarns: a restore into a folder that another
+// (non-root) user owns says so, since that user could replace the
+// restored files before the trainer loads them; into its own folder, or
+// one root owns, it says nothing of the kind.
+func TestRestoreIntoOthersFolderWarns(t *testing.T) {
+	pub, bin := publicFolder(t)
+	bucket := filepath.Join(pub, "bucket")
+	for _, d := range []string{bucket, filepath.Join(pub, "theirs"), filepath.Join(pub, "mine"), filepath.Join(pub, "roots")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(filepath.Join(pub, "theirs"), 65533, 65533); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(pub, "mine"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "the restore's target folder belongs to another user"
+	for dir, warned := range map[string]bool{"theirs": true, "mine": false, "roots": false} {
+		r := runAs(t, bin, 65534, "restore", "--from", "file://"+bucket, "--to", filepath.Join(pub, dir), "--allow-empty").must(t, 0)
+		if strings.Contains(r.stderr, warning) != warned {
+			t.Errorf("restore into %s (warning wanted: %v):\n%s", dir, warned, r.stderr)
+		}
+	}
+}
