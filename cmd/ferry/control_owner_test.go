@@ -157,6 +157,13 @@ func TestControlGroup(t *testing.T) {
 	if !strings.Contains(r.stdout, "fail control group: the agent's user is not a member of group 65533") {
 		t.Errorf("doctor as a user outside --control-group:\n%s%s", r.stdout, r.stderr)
 	}
+	// The same run: the trainer's files (root's here) are not this user's,
+	// and it holds no CAP_LEASE, so close-write detection cannot prove a
+	// step finished: a warning with the fix.
+	if !strings.Contains(r.stdout, "warn leases: "+watch+" belongs to uid 0, the agent runs as uid 65534 without CAP_LEASE") ||
+		!strings.Contains(r.stdout, "AmbientCapabilities=CAP_LEASE") {
+		t.Errorf("doctor as a user without CAP_LEASE on root's files:\n%s", r.stdout)
+	}
 }
 
 // copyExecutable copies the program at from to to, mode 0755.
