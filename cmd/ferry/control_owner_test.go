@@ -160,7 +160,8 @@ func TestControlGroup(t *testing.T) {
 	// The same run: the trainer's files (root's here) are not this user's,
 	// and it holds no CAP_LEASE, so close-write detection cannot prove a
 	// step finished: a warning with the fix.
-	if !strings.Contains(r.stdout, "warn leases: "+watch+" belongs to uid 0, the agent runs as uid 65534 without CAP_LEASE") ||
+	if !strings.Contains(r.stdout, "warn leases: a read lease on "+filepath.Join(watch, "run-a", "model.bin")+
+		" is refused (permission denied): not the file's owner and no CAP_LEASE") ||
 		!strings.Contains(r.stdout, "AmbientCapabilities=CAP_LEASE") {
 		t.Errorf("doctor as a user without CAP_LEASE on root's files:\n%s", r.stdout)
 	}
