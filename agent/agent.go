@@ -153,6 +153,9 @@ type Agent struct {
 	draining atomic.Bool
 	abort    context.CancelFunc
 	traffic  traffic
+	// served caches the manifests of committed steps Holdings read, so
+	// that peers asking for plans cost the bucket one GET per step.
+	served manifestCache
 }
 
 // entry is the agent's record of one step.

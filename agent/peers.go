@@ -3,11 +3,16 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/heldfile"
 	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // Holdings says which files of committed step the agent can serve to a
@@ -26,7 +31,9 @@ func (a *Agent) Holdings(ctx context.Context, step int64) (string, []heldfile.Fi
 	if !ok || e.Removed || e.Pending {
 		return "", nil, nil
 	}
-	m, err := remote.Get(ctx, a.opts.Store, a.opts.Prefix, step)
+	m, err := a.served.get(step, e.Committed, func() (*manifest.Manifest, error) {
+		return remote.Get(ctx, a.opts.Store, a.opts.Prefix, step)
+	})
 	if err != nil {
 		return "", nil, fmt.Errorf("read the manifest of step %d: %w", step, err)
 	}
@@ -52,4 +59,45 @@ func (a *Agent) Holdings(ctx context.Context, step int64) (string, []heldfile.Fi
 		held = append(held, heldfile.File{File: f, Path: filepath.FromSlash(f.Path), ModTime: lf.ModTime})
 	}
 	return a.opts.Detect.Dir, held, nil
+}
+
+// manifestCache holds the manifests of the few committed steps peers last
+// asked about, each with the time of the commit it belongs to: a step
+// committed again (a revision) is read again.
+type manifestCache struct {
+	mu    sync.Mutex
+	steps map[int64]cachedManifest
+}
+
+type cachedManifest struct {
+	committed time.Time
+	m         *manifest.Manifest
+}
+
+// maxCachedManifests bounds the cache: peers restore the newest steps.
+const maxCachedManifests = 8
+
+// get returns step's manifest as committed at committed, from the cache or
+// from read (called without the lock held).
+func (c *manifestCache) get(step int64, committed time.Time, read func() (*manifest.Manifest, error)) (*manifest.Manifest, error) {
+	c.mu.Lock()
+	hit, ok := c.steps[step]
+	c.mu.Unlock()
+	if ok && hit.committed.Equal(committed) {
+		return hit.m, nil
+	}
+	m, err := read()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.steps == nil {
+		c.steps = map[int64]cachedManifest{}
+	}
+	c.steps[step] = cachedManifest{committed: committed, m: m}
+	for len(c.steps) > maxCachedManifests {
+		delete(c.steps, slices.Min(slices.Collect(maps.Keys(c.steps))))
+	}
+	return m, nil
 }

@@ -61,6 +61,17 @@ func TestAgentServesCommittedSteps(t *testing.T) {
 	if _, none, err := h.agent.Holdings(t.Context(), 2); err != nil || len(none) != 0 {
 		t.Fatalf("Holdings of a step never committed: %d files, %v", len(none), err)
 	}
+	// Peers asking again and again for plans of the step cost the bucket
+	// nothing more: its manifest is read once per commit.
+	gets := h.counters.Get("GetObject")
+	for range 100 {
+		if _, again, err := h.agent.Holdings(t.Context(), 1); err != nil || len(again) != len(held) {
+			t.Fatalf("Holdings asked again: %d files, %v", len(again), err)
+		}
+	}
+	if n := h.counters.Get("GetObject") - gets; n != 0 {
+		t.Errorf("100 more plan requests read the manifest %d times from the bucket, want 0", n)
+	}
 
 	restoreBeside := func() (int64, string) {
 		t.Helper()
