@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/ctxtime"
 	"github.com/ferrylabs/ferry/internal/ratelimit"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -93,12 +93,12 @@ type Node struct {
 	spool      *spool
 	assign     *assignment
 	sizes      map[string]int64
-	assigned   chan struct{}       // closed once the ranges are assigned
-	servedKeys map[string]bool     // objects of which this node serves a range
-	held       map[string]heldFile // object key -> a file this node holds and serves
-	roots      map[string]*os.File // the folders held files are opened beneath, by path, closed by Close
-	seed       Holdings            // set for a seed (Seed): what it holds of a step
-	localHosts map[string]bool     // a seed's answers to "is this host this machine?"
+	assigned   chan struct{}           // closed once the ranges are assigned
+	servedKeys map[string]bool         // objects of which this node serves a range
+	held       map[string]heldFile     // object key -> a file this node holds and serves
+	roots      map[string]*confine.Dir // the folders held files are opened beneath, by path, closed by Close
+	seed       Holdings                // set for a seed (Seed): what it holds of a step
+	localHosts map[string]bool         // a seed's answers to "is this host this machine?"
 	doneFrom   map[string]bool
 	planRead   map[string]bool   // peers that have read this node's plan
 	pinned     map[string]string // peer address -> the certificate fingerprint it proved (TLS)
@@ -160,7 +160,7 @@ func Start(cfg Config) (*Node, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, self: cfg.Peers[cfg.Self], log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
 		doneFrom: map[string]bool{}, planRead: map[string]bool{}, changed: make(chan struct{}), pinned: map[string]string{}, seeds: map[string]bool{}, inView: map[string]bool{}, assigned: make(chan struct{}), dropped: map[string]string{},
-		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}, roots: map[string]*os.File{}, localHosts: map[string]bool{}}
+		servedBy: map[string]map[string]bool{}, distrusted: map[string]bool{}, roots: map[string]*confine.Dir{}, localHosts: map[string]bool{}}
 	tr := &http.Transport{
 		DialContext:            (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost:    maxConnsPerPeer,

@@ -5,16 +5,18 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/internal/heldfile"
 )
 
 // heldFile is a file a node serves from its own disk.
 type heldFile struct {
-	dir *os.File // the folder it is opened beneath, without following links
+	dir *confine.Dir // the folder it is opened beneath, without following links
 	rel string
 	id  fileID // what was planned: the file opened must still be it
 }
@@ -31,8 +33,8 @@ type fileID struct {
 // modification time the caller recorded if it did, and, when alone, with
 // no other name (a hard link's other name may be outside the folder). It
 // returns the file, open, and its identity.
-func checkHeld(dir *os.File, f heldfile.File, alone bool) (*os.File, fileID, error) {
-	fh, err := openBeneath(dir, f.Path)
+func checkHeld(dir *confine.Dir, f heldfile.File, alone bool) (*os.File, fileID, error) {
+	fh, err := dir.OpenFile(filepath.ToSlash(f.Path))
 	if err != nil {
 		return nil, fileID{}, err
 	}
@@ -57,7 +59,7 @@ func checkHeld(dir *os.File, f heldfile.File, alone bool) (*os.File, fileID, err
 // object key, and as plan objects, each key once. Packed files are left
 // out: their key names a pack of several files, which no one file on disk
 // is (restore reads packs from the bucket).
-func (n *Node) heldFiles(dir *os.File, files []heldfile.File, alone bool) (map[string]heldFile, []object) {
+func (n *Node) heldFiles(dir *confine.Dir, files []heldfile.File, alone bool) (map[string]heldFile, []object) {
 	held := map[string]heldFile{}
 	var out []object
 	for _, f := range files {
@@ -78,14 +80,14 @@ func (n *Node) heldFiles(dir *os.File, files []heldfile.File, alone bool) (map[s
 
 // dir returns the folder path opened, once for the node's life (Close
 // closes it).
-func (n *Node) dir(path string) (*os.File, error) {
+func (n *Node) dir(path string) (*confine.Dir, error) {
 	n.mu.Lock()
 	d := n.roots[path]
 	n.mu.Unlock()
 	if d != nil {
 		return d, nil
 	}
-	d, err := openDir(path)
+	d, err := confine.Open(path)
 	if err != nil {
 		return nil, err
 	}

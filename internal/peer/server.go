@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -143,7 +144,7 @@ func (n *Node) serveHeld(ctx context.Context, w http.ResponseWriter, key string,
 	if !ok {
 		return false
 	}
-	f, err := openBeneath(h.dir, h.rel)
+	f, err := h.dir.OpenFile(filepath.ToSlash(h.rel))
 	if err != nil {
 		http.Error(w, errNotHeld.Error(), http.StatusNotFound)
 		return true
