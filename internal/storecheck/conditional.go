@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/ctxtime"
@@ -74,13 +76,6 @@ const maxThrottled = 8
 // The scratch objects are deleted in every case, as far as the store lets:
 // a *LeftError says a passed check could not delete them.
 func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error) {
-	id, err := randomID()
-	if err != nil {
-		return err
-	}
-	dir := manifest.ScratchPrefix(t.Prefix) + "condwrite-" + id
-	createKey, matchKey := dir+"-create", dir+"-match"
-	first := []byte("ferry conditional-write check " + id + ": the first write\n")
 	// written holds the keys a PUT may have created, the ones to delete: a
 	// PUT refused outright (a missing bucket, no permission) wrote nothing.
 	written := map[string]bool{}
@@ -89,7 +84,7 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		var left LeftError
-		for _, k := range []string{createKey, matchKey} {
+		for _, k := range slices.Sorted(maps.Keys(written)) {
 			if !written[k] {
 				continue
 			}
@@ -102,8 +97,7 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 		}
 	}()
 
-	err = createOwn(ctx, st, createKey, first)
-	written[createKey] = err == nil || mayHaveWritten(err)
+	id, createKey, first, err := createScratch(ctx, st, t, written)
 	if err != nil {
 		if unsupported(err) {
 			return fmt.Errorf("%s: %w: it does not support a create-only PUT (If-None-Match: *): %v; ferry commits every step with one",
@@ -111,6 +105,7 @@ func ConditionalWrites(ctx context.Context, st store.Store, t Target) (err error
 		}
 		return fmt.Errorf("check conditional writes: create-only PUT of %s: %w", createKey, err)
 	}
+	matchKey := scratchDir(t, id) + "-match"
 	_, err = put(ctx, st, matchKey, []byte("ferry conditional-write check "+id+": the object If-Match is tried on\n"), store.PutOptions{})
 	written[matchKey] = mayHaveWritten(err)
 	if err != nil {
@@ -189,6 +184,37 @@ func describe(t Target, err error, cond, unsafe string) error {
 func put(ctx context.Context, st store.Store, key string, data []byte, opts store.PutOptions) (store.ObjectInfo, error) {
 	opts.CRC32C = store.CRC32C(data)
 	return st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
+}
+
+// scratchDir is the name the check's scratch keys of id begin with.
+func scratchDir(t Target, id string) string {
+	return manifest.ScratchPrefix(t.Prefix) + "condwrite-" + id
+}
+
+// createTries bounds the fresh keys createScratch tries.
+const createTries = 3
+
+// createScratch creates the check's first object create-only, under a
+// fresh random key, and records in written each key it may have created.
+// A 412 that createOwn cannot confirm as its own earlier attempt (the
+// object read back through a failing link, or not yet visible) says
+// nothing about the store's conditional writes, since no one else knows
+// the key: it tries again under a new key. A store that answers 412 to
+// every new key fails after createTries, with its answer.
+func createScratch(ctx context.Context, st store.Store, t Target, written map[string]bool) (id, key string, data []byte, err error) {
+	for try := 1; ; try++ {
+		if id, err = randomID(); err != nil {
+			return "", "", nil, err
+		}
+		key = scratchDir(t, id) + "-create"
+		data = []byte("ferry conditional-write check " + id + ": the first write\n")
+		err = createOwn(ctx, st, key, data)
+		ambiguous := errors.Is(err, store.ErrPreconditionFailed) && httpStatus(err) != http.StatusTooManyRequests
+		written[key] = err == nil || ambiguous || mayHaveWritten(err)
+		if !ambiguous || try == createTries || ctx.Err() != nil {
+			return id, key, data, err
+		}
+	}
 }
 
 // createOwn writes data at key create-only. No one else knows the key (a

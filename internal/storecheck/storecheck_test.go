@@ -131,22 +131,35 @@ func TestConditionalWritesOwnFirstWrite(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		other  bool
+		always bool
 		wantOK bool
-	}{{name: "own bytes", wantOK: true}, {name: "other bytes", other: true}} {
+	}{
+		// The 412 of a retried PUT whose first answer was lost: the
+		// object read back is ours, the check goes on with it.
+		{name: "own bytes", wantOK: true},
+		// A 412 ferry cannot confirm as its own (read back as other
+		// bytes, as through a link that failed the read): no one else
+		// knows the key, so it says nothing of the store; a fresh key.
+		{name: "other bytes", other: true, wantOK: true},
+		// A store that answers 412 to every new key: its answer, after
+		// three fresh keys.
+		{name: "every new key", other: true, always: true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := store.NewMemStore()
-			st := &lostAnswer{Store: mem, other: tc.other}
+			st := &lostAnswer{Store: mem, other: tc.other, always: tc.always}
 			err := storecheck.ConditionalWrites(t.Context(), st, target)
 			if tc.wantOK && err != nil {
 				t.Fatalf("a create-only PUT whose answer was lost failed the check: %v", err)
 			}
 			if !tc.wantOK && (err == nil || !errors.Is(err, store.ErrPreconditionFailed)) {
-				t.Fatalf("a create-only PUT refused for a key holding other bytes: %v, want the 412", err)
+				t.Fatalf("a store refusing every create-only PUT of a new key: %v, want its 412", err)
 			}
-			if tc.wantOK {
-				if k := keys(t, mem); len(k) != 0 {
-					t.Errorf("the check left %q in the bucket", k)
-				}
+			if tc.always && st.refusals != 3 {
+				t.Errorf("%d create-only PUTs of new keys refused, want 3 fresh keys tried", st.refusals)
+			}
+			if k := keys(t, mem); len(k) != 0 {
+				t.Errorf("the check left %q in the bucket", k)
 			}
 		})
 	}
@@ -154,18 +167,20 @@ func TestConditionalWritesOwnFirstWrite(t *testing.T) {
 
 // lostAnswer stores the first create-only PUT (or other bytes, with other)
 // and answers it 412, as a retry of a PUT whose first answer was lost is
-// answered.
+// answered; with always, every create-only PUT.
 type lostAnswer struct {
 	store.Store
-	other bool
-	done  bool
+	other, always bool
+	done          bool
+	refusals      int
 }
 
 func (s *lostAnswer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts store.PutOptions) (store.ObjectInfo, error) {
-	if !opts.IfNoneMatch || s.done {
+	if !opts.IfNoneMatch || (s.done && !s.always) {
 		return s.Store.Put(ctx, key, body, size, opts)
 	}
 	s.done = true
+	s.refusals++
 	if s.other {
 		body, size, opts.CRC32C = strings.NewReader("another writer's bytes"), 22, ""
 	}
