@@ -297,23 +297,17 @@ func (p *plan) checkLinkTargets(files map[string]bool, links map[string]string, 
 
 // diskLookup reports what the disk holds at a root-relative path now.
 func diskLookup(root, rel string) (linkwalk.Kind, string, error) {
-	abs := filepath.Join(root, filepath.FromSlash(rel))
-	fi, err := os.Lstat(abs)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return linkwalk.Missing, "", nil
-	case err != nil:
-		return 0, "", err
-	case fi.Mode()&fs.ModeSymlink != 0:
-		t, err := os.Readlink(abs)
-		if err != nil {
-			return 0, "", err
-		}
-		return linkwalk.Link, t, nil
-	case fi.IsDir():
-		return linkwalk.Dir, "", nil
+	absent := false
+	lstat := func(name string) (fs.FileInfo, error) {
+		fi, err := os.Lstat(name)
+		absent = errors.Is(err, fs.ErrNotExist)
+		return fi, err
 	}
-	return linkwalk.File, "", nil
+	k, target, err := linkwalk.Look(filepath.Join(root, filepath.FromSlash(rel)), lstat, os.Readlink)
+	if absent {
+		return linkwalk.Missing, "", nil // nothing there (a link that vanished before its readlink is an error)
+	}
+	return k, target, err
 }
 
 // missingDirs lists the directories the restore must create, relative to

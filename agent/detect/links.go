@@ -2,7 +2,6 @@ package detect
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -73,19 +72,7 @@ func (e *engine) resolveInside(l Symlink) (string, error) {
 		return "", err
 	}
 	defer r.Close()
-	lookup := func(rel string) (linkwalk.Kind, string, error) {
-		fi, err := r.Lstat(rel)
-		switch {
-		case err != nil:
-			return 0, "", err
-		case fi.Mode()&fs.ModeSymlink != 0:
-			t, err := r.Readlink(rel)
-			return linkwalk.Link, t, err
-		case fi.IsDir():
-			return linkwalk.Dir, "", nil
-		}
-		return linkwalk.File, "", nil
-	}
+	lookup := func(rel string) (linkwalk.Kind, string, error) { return linkwalk.Look(rel, r.Lstat, r.Readlink) }
 	under := func(abs string) (string, bool) { return linkwalk.UnderRoot(abs, e.tree.root, e.rootReal) }
 	return linkwalk.Walk{Lookup: lookup, Under: under}.Resolve(parent(l.RelPath), filepath.ToSlash(l.Target), false)
 }

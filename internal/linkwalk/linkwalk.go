@@ -10,6 +10,7 @@ package linkwalk
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,26 @@ var (
 // Lookup reports what is at a root-relative, slash-separated path; for a
 // Link, target is the link's text.
 type Lookup func(rel string) (k Kind, target string, err error)
+
+// Look says what lstat finds at name, reading a link's target with
+// readlink: the one way the agent (through an os.Root) and restore (on the
+// disk) build their Lookup. lstat's error is returned as it is.
+func Look(name string, lstat func(string) (fs.FileInfo, error), readlink func(string) (string, error)) (Kind, string, error) {
+	fi, err := lstat(name)
+	switch {
+	case err != nil:
+		return 0, "", err
+	case fi.Mode()&fs.ModeSymlink != 0:
+		t, err := readlink(name)
+		if err != nil {
+			return 0, "", err
+		}
+		return Link, t, nil
+	case fi.IsDir():
+		return Dir, "", nil
+	}
+	return File, "", nil
+}
 
 // Walk is how a resolution sees the root.
 type Walk struct {
