@@ -37,6 +37,12 @@
 //     with ExpectedRanks: the marker and each expected rank's last file),
 //     close-write detection: every file was closed by its writer, is
 //     unchanged since, and no process holds it open for writing;
+//   - in either case, no file of the step is open for writing: a file with
+//     a writer is never settled, however long it has been quiet (a rank
+//     paused mid-write keeps its file open). The kernel's read lease tells;
+//     where it cannot (a network filesystem, whose other hosts' writers
+//     hold no local lease; another user's file without CAP_LEASE) the
+//     settle window alone decides;
 //   - every file can be opened for reading.
 //
 // Close-write detection never replaces the settle window where nothing

@@ -246,7 +246,55 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 		p := pendingOf(c, "settling", fmt.Sprintf("unchanged for %v of %v (%s)", now.Sub(since).Round(100*time.Millisecond), e.opts.Settle, e.settleWhy(c)), since)
 		return &p, due
 	}
+	if f := w.heldForWriting(c); f != "" {
+		why := f + " is open for writing: a file with a writer is never settled, however long it is quiet"
+		if now.After(since.Add(2 * e.opts.Settle)) {
+			e.warnStuck(c, why)
+		}
+		p := pendingOf(c, "waiting", why, since)
+		return &p, now.Add(writerRecheck)
+	}
 	return nil, time.Time{}
+}
+
+// writerRecheck is how often a step held only by a file open for writing
+// asks the kernel again: a writer that closes without writing (no event,
+// no change) lets the step complete this soon.
+const writerRecheck = 500 * time.Millisecond
+
+// heldForWriting returns the first file of c that a process holds open
+// for writing, as the kernel's read lease tells ("" when none does). The
+// settle window only says that a file has been quiet: a rank paused
+// mid-write (a collective, a slow peer, a page-cache stall) keeps its file
+// open and quiet, and its half-written bytes must not be committed. Where
+// the kernel cannot tell (a network filesystem, whose other hosts' writers
+// hold no local lease; another user's file without CAP_LEASE; a system
+// without leases) the settle window alone decides, as documented.
+func (w *Watcher) heldForWriting(c *Candidate) string {
+	if w.remote || !w.running.Load() {
+		return ""
+	}
+	for _, f := range c.Step.Files {
+		open, err := w.tree.openForWriting(f.RelPath)
+		if err != nil {
+			w.noteNoLease(err)
+			continue
+		}
+		if open {
+			return f.RelPath
+		}
+	}
+	return ""
+}
+
+// noteNoLease logs once that the kernel refused a lease, so steps wait out
+// the settle window without asking about writers.
+func (w *Watcher) noteNoLease(err error) {
+	if w.warned["lease"] {
+		return
+	}
+	w.warned["lease"] = true
+	w.log.Info("cannot ask the kernel whether a file is still open for writing; steps wait out the settle window", zap.Error(err))
 }
 
 // writingStep is a step being written as a Writing event shows it: its
@@ -392,9 +440,8 @@ func (w *Watcher) closedAt(c *Candidate) (time.Time, bool) {
 			at = f.ModTime // closed before its watch existed (see closewrite.go)
 		}
 		open, err := w.tree.openForWriting(f.RelPath)
-		if err != nil && !w.warned["lease"] {
-			w.warned["lease"] = true
-			w.log.Info("cannot ask the kernel whether a file is still open for writing; steps wait out the settle window", zap.Error(err))
+		if err != nil {
+			w.noteNoLease(err)
 		}
 		if open {
 			return time.Time{}, false
