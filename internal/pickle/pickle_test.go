@@ -1,0 +1,175 @@
+package pickle
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// render writes v as testdata/gen.py's render does for the original
+// Python value: the oracle is Python's own pickler.
+func render(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case int64:
+		return fmt.Sprint(x)
+	case *big.Int:
+		return x.String()
+	case float64:
+		return fmt.Sprintf("f%d", math.Float64bits(x))
+	case string:
+		return "s" + hex.EncodeToString([]byte(x))
+	case Bytes:
+		return "b" + hex.EncodeToString(x)
+	case Tuple:
+		return "(" + renderAll(x) + ")"
+	case *List:
+		return "[" + renderAll(x.Items) + "]"
+	case *Set:
+		return "{" + renderAll(x.Items) + "}"
+	case *Dict:
+		parts := make([]string, len(x.Items))
+		for i, it := range x.Items {
+			parts[i] = render(it.Key) + ":" + render(it.Value)
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	case *Object:
+		s := "obj(" + x.Class() + "," + render(x.Args) + ")"
+		if x.State != nil {
+			s += render(x.State)
+		}
+		return s
+	}
+	return fmt.Sprintf("?%T", v)
+}
+
+func renderAll(vs []any) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = render(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestDecodePythonCorpus(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.pkl")
+	if err != nil || len(files) < 30 {
+		t.Fatalf("corpus: %d files, %v (run testdata/gen.py)", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(strings.TrimSuffix(f, ".pkl") + ".want")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := Decode(data, DefaultLimits)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if got := render(v); got != strings.TrimSpace(string(want)) {
+				t.Errorf("decoded\n%.300s\nwant (Python's rendering)\n%.300s", got, want)
+			}
+		})
+	}
+}
+
+// TestDecodeRefuses: code-running and out-of-band opcodes, truncation at
+// every byte, and trailing bytes are errors, never panics or values.
+func TestDecodeRefuses(t *testing.T) {
+	cases := map[string][]byte{
+		"persistent id":  []byte("\x80\x04K\x01Q."),
+		"extension":      []byte("\x80\x04\x82\x01."),
+		"out of band":    []byte("\x80\x05\x97."),
+		"text INT":       []byte("I1\n."),
+		"INST":           []byte("(i__main__\nX\n."),
+		"protocol 6":     []byte("\x80\x06N."),
+		"trailing bytes": []byte("\x80\x04N.N"),
+		"two values":     []byte("\x80\x04NN."),
+		"open mark":      []byte("\x80\x04(N."),
+		"underflow":      []byte("\x80\x04\x86."),
+		"get unset memo": []byte("\x80\x04h\x05."),
+		"build on int":   []byte("\x80\x04K\x01}b."),
+		"huge length":    []byte("\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7fabc."),
+		"bad utf8":       []byte("\x80\x04\x8c\x01\xff."),
+		"no stop":        []byte("\x80\x04N"),
+	}
+	for name, in := range cases {
+		if v, err := Decode(in, DefaultLimits); err == nil {
+			t.Errorf("%s: decoded to %s, want an error", name, render(v))
+		}
+	}
+	good, err := os.ReadFile("testdata/p4_objects.pkl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < len(good); n++ {
+		if _, err := Decode(good[:n], DefaultLimits); err == nil {
+			t.Fatalf("the first %d of %d bytes decoded without error", n, len(good))
+		}
+	}
+}
+
+// TestDecodeBounded: inputs that ask for much more than they hold hit a
+// limit quickly instead of allocating what they declare.
+func TestDecodeBounded(t *testing.T) {
+	lim := Limits{MaxValues: 1000, MaxMemo: 100, MaxMarks: 10}
+	many := append([]byte("\x80\x04("), bytes.Repeat([]byte("N"), 2000)...)
+	if _, err := Decode(append(many, "t."...), lim); !errors.Is(err, ErrLimit) {
+		t.Errorf("2000 values under a 1000 cap: %v, want ErrLimit", err)
+	}
+	marks := append([]byte("\x80\x04"), bytes.Repeat([]byte("("), 20)...)
+	if _, err := Decode(marks, lim); !errors.Is(err, ErrLimit) {
+		t.Errorf("20 nested marks under a cap of 10: %v, want ErrLimit", err)
+	}
+	if _, err := Decode([]byte("\x80\x04Nr\xff\xff\xff\x7f0N."), lim); !errors.Is(err, ErrLimit) {
+		t.Errorf("memo index 2^31-1: %v, want ErrLimit", err)
+	}
+	// A self-referencing list decodes (the memo shares it) without looping.
+	self := []byte("\x80\x04]\x94h\x00a.")
+	v, err := Decode(self, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := v.(*List); len(l.Items) != 1 || l.Items[0] != v {
+		t.Errorf("self-referencing list: %#v", v)
+	}
+}
+
+// FuzzDecode: no input panics, hangs or escapes the limits; seeded with
+// the Python corpus.
+func FuzzDecode(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.pkl")
+	for _, p := range files {
+		if data, err := os.ReadFile(p); err == nil && len(data) < 4096 {
+			f.Add(data)
+		}
+	}
+	lim := Limits{MaxValues: 1 << 16, MaxMemo: 1 << 12, MaxMarks: 64}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		start := time.Now()
+		if _, err := Decode(data, lim); err != nil && !strings.HasPrefix(err.Error(), "pickle") {
+			t.Errorf("error without the pickle prefix: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("decode took %v for %d bytes", d, len(data))
+		}
+	})
+}
