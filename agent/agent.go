@@ -216,6 +216,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	opts.Detect.Nodes = opts.Nodes
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: create state dir: %w", err)
 	}

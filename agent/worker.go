@@ -11,6 +11,7 @@ import (
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/prune"
 	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
 )
 
@@ -218,6 +219,8 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 		e.status.Error = "interrupted; resumes at the next start"
 	case errors.Is(err, remote.ErrConflict):
 		a.failForGoodLocked(e, "commit", err, "step is committed in the bucket with different content; not overwriting it")
+	case errors.Is(err, manifest.ErrNotAsRecorded):
+		a.failForGoodLocked(e, "commit", err, "step's files disagree with what its framework recorded (a torn or missing file); not committing it: the trainer's next complete save is committed as usual")
 	case errors.Is(err, uploader.ErrEmptyStep):
 		a.failForGoodLocked(e, "upload", err, "step has no files; not committing it (--allow-empty commits empty steps)")
 	case err != nil:

@@ -30,6 +30,10 @@ type Part struct {
 	Files []File `json:"files"`
 	// Symlinks lists the node's links inside the checkpoint.
 	Symlinks []Symlink `json:"symlinks,omitempty"`
+	// Expect is what the framework's record, as this node read it, says
+	// the whole step holds (files of other nodes included); the merge
+	// refuses a union of parts that disagrees (CheckExpected).
+	Expect []Expected `json:"expect,omitempty"`
 }
 
 // Set returns the set the part belongs to.
@@ -53,6 +57,9 @@ func ValidatePart(p *Part, prefix string) error {
 		return fmt.Errorf("part manifest field run: %w", err)
 	}
 	if err := Validate(p.AsManifest(), prefix); err != nil {
+		return fmt.Errorf("part manifest of node %d: %w", p.NodeRank, err)
+	}
+	if err := validateExpected(p.Expect); err != nil {
 		return fmt.Errorf("part manifest of node %d: %w", p.NodeRank, err)
 	}
 	return nil
@@ -155,5 +162,12 @@ func MergeParts(parts []*Part) (*Manifest, error) {
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	sort.Slice(m.Symlinks, func(i, j int) bool { return m.Symlinks[i].Path < m.Symlinks[j].Path })
 	m.Format = FormatFor(m.Format, m.Files)
+	var exp []Expected
+	for _, p := range sorted {
+		exp = append(exp, p.Expect...)
+	}
+	if err := CheckExpected(m.Step, m.Files, exp); err != nil {
+		return nil, fmt.Errorf("merge parts of %s: %w", first.Set(), err)
+	}
 	return m, nil
 }

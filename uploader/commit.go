@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/internal/step"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
 )
@@ -19,6 +20,14 @@ import (
 func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, attemptPrefix string) (PushResult, bool, error) {
 	st := opts.Upload.Store
 	now := time.Now().UTC().Truncate(time.Millisecond)
+	exp := expectations(opts.step.Expect)
+	if opts.Nodes <= 1 {
+		// One node holds the whole step: what it uploaded must be what the
+		// framework recorded, before anything is committed.
+		if err := manifest.CheckExpected(opts.Step, entries, exp); err != nil {
+			return PushResult{}, false, err
+		}
+	}
 	if opts.revise {
 		return reviseStep(ctx, opts, entries, attemptPrefix)
 	}
@@ -49,6 +58,7 @@ func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 		Files:    entries,
 		Symlinks: opts.links,
 		Layout:   opts.Layout,
+		Expect:   exp,
 	}
 	nc, err := remote.CommitNodePart(ctx, st, opts.Prefix, part)
 	res := completionResult(nc.Completion)
@@ -63,6 +73,18 @@ func commitStep(ctx context.Context, opts pushJob, entries []manifest.File, atte
 	referenced := nc.PartWritten || (err != nil && nc.Part == nil && !errors.Is(err, remote.ErrPartConflict)) ||
 		(nc.Part != nil && referencesAny(nc.Part.Files, entries, attemptPrefix))
 	return res, referenced, err
+}
+
+// expectations converts the step's record expectations for the manifest.
+func expectations(exp []step.Expected) []manifest.Expected {
+	if len(exp) == 0 {
+		return nil
+	}
+	out := make([]manifest.Expected, len(exp))
+	for i, e := range exp {
+		out[i] = manifest.Expected{Path: e.RelPath, Size: e.Size, Record: e.Record}
+	}
+	return out
 }
 
 // reviseStep publishes the entries as the next revision of a step

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"path"
 	"regexp"
 	"strings"
 
@@ -26,7 +27,11 @@ import (
 //     every rank reported its writes done: proof that the file set is
 //     final (ProofMarker), once it is newer than every file of its folder
 //     (a save into a folder that already holds a .metadata waits for the
-//     new one).
+//     new one). Read as DCP's record (dcprecord.go), it is also the
+//     specification: every file it names must be here at the size its
+//     last item ends at, and only those files must be older than it. NeMo's
+//     "<name>-unfinished" beside the folder holds the step; files outside
+//     the DCP folders leave the proof to the settle window.
 //   - Files: everything in the folder. Ranks by RankOf: "__{R}_{n}.distcp"
 //     gives R; ".metadata" is shared.
 //   - Pointer: none; DCP has no "latest" convention.
@@ -34,6 +39,10 @@ type dcpLayout struct {
 	pattern *regexp.Regexp
 	log     *zap.Logger
 	warned  map[string]bool
+	// multiNode: the job has several nodes, so a file the record names
+	// may be another node's (dcprecord.go).
+	multiNode bool
+	records   map[recordKey]recordRead
 }
 
 var (
@@ -60,6 +69,13 @@ const (
 	dcpMetadata    = ".metadata"
 	dcpMetadataTmp = ".metadata.tmp"
 	nemoLast       = "-last"
+	// nemoUnfinished: NeMo's ModelCheckpoint (nemo/lightning/pytorch/
+	// callbacks/model_checkpoint.py, format_checkpoint_unfinished_marker_path)
+	// touches "<checkpoint path without .ckpt and -EMA>-unfinished" beside
+	// the checkpoint before saving and removes it when the save is final;
+	// NeMo itself deletes checkpoints that still have one.
+	nemoUnfinished = "-unfinished"
+	nemoEMA        = "-EMA"
 )
 
 func (*dcpLayout) Name() string { return "dcp" }
@@ -114,10 +130,11 @@ func (l *dcpLayout) Steps(t *Tree) []Candidate {
 			continue
 		}
 		c := folderStep(t, e.Path, n)
-		c.Finished, c.Proof = true, ProofMarker
+		c.Finished, c.Proof = true, provenBy(c, folders)
 		for _, d := range folders {
 			l.requireMetadata(t, &c, d)
 		}
+		requireNeMoFinished(t, &c, e.Path)
 		byStep[n] = append(byStep[n], c)
 	}
 	var out []Candidate
@@ -136,9 +153,42 @@ func (l *dcpLayout) requireMetadata(t *Tree, c *Candidate, dir string) {
 		}
 		return
 	}
+	if rec, ok := l.record(t, m); ok {
+		requireFresh(t, c, m.Path, recordedUnder(dir, rec))
+		l.requireRecorded(t, c, dir, m, rec)
+		return
+	}
 	under := dir + "/"
 	requireFresh(t, c, m.Path, func(f File) bool { return strings.HasPrefix(f.RelPath, under) })
 	requireSettledFolder(t, c, dir, m)
+}
+
+// provenBy says what the .metadata files prove about a step: the whole
+// file set when every file lies in a DCP folder (each then has its
+// marker, checked by requireMetadata); the settle window when files lie
+// elsewhere in the step (NeMo 2's context/ beside weights/, OLMo's train
+// state beside model_and_optim/), which no marker vouches for and which
+// the trainer may write after the last .metadata.
+func provenBy(c Candidate, folders []string) Proof {
+	in := make(map[string]bool, len(folders))
+	for _, d := range folders {
+		in[d] = true
+	}
+	for _, f := range c.Step.Files {
+		if !in[path.Dir(f.RelPath)] {
+			return ProofNone
+		}
+	}
+	return ProofMarker
+}
+
+// requireNeMoFinished holds a step whose NeMo "-unfinished" marker is
+// present beside its folder: the save is still running, or was cut off.
+func requireNeMoFinished(t *Tree, c *Candidate, folder string) {
+	marker := strings.TrimSuffix(folder, nemoEMA) + nemoUnfinished
+	if _, ok := t.Get(marker); ok && c.Finished {
+		c.Finished, c.Waiting = false, "marker: "+marker+" says NeMo's save of "+folder+" is not finished"
+	}
 }
 
 // mergeNeMoLast makes NeMo's "<name>-last" copy and "<name>" one step
@@ -162,6 +212,8 @@ func mergeNeMoLast(cs []Candidate) []Candidate {
 	m.Step.Symlinks = append(append([]Symlink(nil), a.Step.Symlinks...), b.Step.Symlinks...)
 	m.Temps = append(append([]string(nil), a.Temps...), b.Temps...)
 	m.Errs = append(append([]error(nil), a.Errs...), b.Errs...)
+	m.Step.Expect = append(append([]Expected(nil), a.Step.Expect...), b.Step.Expect...)
+	sortExpected(m.Step.Expect)
 	m.Finished = a.Finished && b.Finished
 	m.Stale = a.Stale || b.Stale
 	if m.Waiting == "" {

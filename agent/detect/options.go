@@ -53,6 +53,11 @@ type Options struct {
 	// detect steps, and a pause of more than Settle inside a save makes a
 	// step look complete too early.
 	NoMarker bool
+	// Nodes is the number of nodes of the job (0 or 1: this node holds
+	// the whole step). A framework's record (DCP's .metadata) names every
+	// node's files: with several nodes a file it names that is not here
+	// is another node's, checked when the parts are merged.
+	Nodes int
 	// CloseWrite makes a step whose files their writers have closed (and
 	// left unchanged since) complete without waiting out Settle, on Linux
 	// with fsnotify (see closewrite.go). Steps it cannot vouch for wait out

@@ -16,6 +16,9 @@ type File = step.File
 // Symlink is a symbolic link of a step.
 type Symlink = step.Symlink
 
+// Expected is a file a framework's record names (see Step.Expect).
+type Expected = step.Expected
+
 // Generated is a small file synthesised for a step (see Step.Generated).
 type Generated = step.Generated
 

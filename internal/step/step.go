@@ -55,6 +55,23 @@ type Step struct {
 	// layout has none. A caller comparing two versions of a step learns
 	// from it whether the framework declared the newer one complete again.
 	Marker string
+	// Expect lists what the framework's own record of the step (DCP's
+	// .metadata) says its files are: each path and the size it must have.
+	// The uploader refuses to commit a step whose uploaded files disagree
+	// (a file missing or of another size); on a node of a multi-node job,
+	// where the record also names other nodes' files, the expectations
+	// travel in the node's part and the merge checks the union.
+	Expect []Expected
+}
+
+// Expected is one file a framework's record names (Step.Expect).
+type Expected struct {
+	// RelPath is slash-separated and relative to the watched root.
+	RelPath string
+	// Size is the size the record gives the file.
+	Size int64
+	// Record is the record's own path (as RelPath), for messages.
+	Record string
 }
 
 // File is a regular file of a step.

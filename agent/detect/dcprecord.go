@@ -1,0 +1,140 @@
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/dcprecord"
+)
+
+// The record rule. DCP's .metadata is not only the marker that every rank
+// finished: it records every storage file of the folder and where each
+// item lies in it (internal/dcprecord). A folder whose .metadata can be
+// read is complete when every file it names is here with the size its
+// last item ends at; a file of another size is torn or being rewritten,
+// and a missing one is lost (or, on a node of a multi-node job, another
+// node's, checked at the merge). Only the files it names are the marker's
+// to vouch for: files written after it beside them (NeMo's
+// weights/metadata.json, written after weights/.metadata) do not make it
+// stale. A record that cannot be read falls back to the timing rules
+// (fresh marker, settled folder) with one warning.
+
+// recordKey identifies one version of a .metadata: a new save replaces
+// the file (a new inode) or at least its size and time.
+type recordKey struct {
+	path     string
+	dev, ino uint64
+	size     int64
+	mtime    int64
+}
+
+type recordRead struct {
+	rec dcprecord.Record
+	err error
+}
+
+// maxRecordsCached bounds the cache: one entry per DCP folder on disk is
+// enough, older versions are dropped first by a full reset.
+const maxRecordsCached = 256
+
+// record returns the parsed .metadata at m, reading it once per version;
+// ok is false when it cannot be read (warned once per version).
+func (l *dcpLayout) record(t *Tree, m Entry) (dcprecord.Record, bool) {
+	key := recordKey{m.Path, m.id.dev, m.id.ino, m.Size, m.ModTime.UnixNano()}
+	r, seen := l.records[key]
+	if !seen {
+		r = l.readRecord(t, m)
+		if l.records == nil || len(l.records) >= maxRecordsCached {
+			l.records = map[recordKey]recordRead{}
+		}
+		l.records[key] = r
+		if r.err != nil && l.log != nil {
+			l.log.Warn("DCP .metadata not read as a record of the step; its completion falls back to the marker's timing rules",
+				zap.String("file", m.Path), zap.Int64("bytes", m.Size), zap.Error(r.err))
+		}
+	}
+	return r.rec, r.err == nil
+}
+
+// errRecordChanged is a .metadata that changed while it was read: a save
+// replacing it. The next evaluation reads the new one.
+var errRecordChanged = errors.New("changed while read")
+
+func (l *dcpLayout) readRecord(t *Tree, m Entry) recordRead {
+	if m.Size > dcprecord.MaxSize {
+		return recordRead{err: fmt.Errorf("%d bytes, more than the %d read", m.Size, dcprecord.MaxSize)}
+	}
+	f, st, err := t.openRegular(m.Path)
+	if err != nil {
+		return recordRead{err: err}
+	}
+	defer f.Close()
+	if st.Size != m.Size || !st.ModTime.Equal(m.ModTime) {
+		return recordRead{err: errRecordChanged}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, dcprecord.MaxSize+1))
+	if err != nil {
+		return recordRead{err: err}
+	}
+	if int64(len(data)) != m.Size {
+		return recordRead{err: errRecordChanged}
+	}
+	rec, err := dcprecord.Parse(data)
+	return recordRead{rec: rec, err: err}
+}
+
+// requireRecorded checks the files of dir against its record: each file
+// it names is here with its recorded size (on a node of a multi-node job,
+// or absent: another node's). It adds the record's expectations to the
+// step, for the uploader and the merge to check what is committed.
+func (l *dcpLayout) requireRecorded(t *Tree, c *Candidate, dir string, marker Entry, rec dcprecord.Record) {
+	names := rec.Names()
+	for _, name := range names {
+		p := dir + "/" + name
+		c.Step.Expect = append(c.Step.Expect, Expected{RelPath: p, Size: rec.Sizes[name], Record: marker.Path})
+	}
+	if !c.Finished {
+		return
+	}
+	for _, name := range names {
+		p, want := dir+"/"+name, rec.Sizes[name]
+		e, ok := t.Get(p)
+		switch {
+		case !ok && l.multiNode:
+			continue // another node's file: the merge checks the union
+		case !ok:
+			c.Finished, c.Waiting = false, fmt.Sprintf("record: %s names %s (%d bytes), which is not here", marker.Path, p, want)
+		case !e.IsRegular():
+			c.Finished, c.Waiting = false, fmt.Sprintf("record: %s names %s, which is not a regular file", marker.Path, p)
+		case e.Size != want:
+			c.Finished, c.Waiting = false, fmt.Sprintf("record: %s is %d bytes, %s records %d: torn, or saved again after its record", p, e.Size, marker.Path, want)
+		default:
+			continue
+		}
+		return
+	}
+}
+
+// recordedUnder returns a covers function for requireFresh: the files of
+// dir that rec names.
+func recordedUnder(dir string, rec dcprecord.Record) func(File) bool {
+	under := dir + "/"
+	return func(f File) bool {
+		name, ok := strings.CutPrefix(f.RelPath, under)
+		if !ok {
+			return false
+		}
+		_, named := rec.Sizes[name]
+		return named
+	}
+}
+
+// sortExpected orders a merged step's expectations by path.
+func sortExpected(exp []Expected) {
+	sort.Slice(exp, func(i, j int) bool { return exp[i].RelPath < exp[j].RelPath })
+}

@@ -1,0 +1,198 @@
+package detect
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// recordsDir holds real torch 2.6 DCP saves (testdata/dcp-records/gen.py).
+const recordsDir = "../../testdata/dcp-records"
+
+// copyRecord copies the torch save src into dir/rel, dated an hour back,
+// with .metadata a second newer than the storage files (as written).
+func copyRecord(t *testing.T, src, dir, rel string) {
+	t.Helper()
+	from := filepath.Join(recordsDir, src)
+	to := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(to, e.Name())
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := old
+		if e.Name() == dcpMetadata {
+			when = old.Add(time.Second)
+		}
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTime(t, to, old.Add(time.Second))
+}
+
+func setTime(t *testing.T, p string, when time.Time) {
+	t.Helper()
+	if err := os.Chtimes(p, when, when); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// candidates evaluates dir once, as the watcher does, and returns its
+// candidates by step.
+func candidates(t *testing.T, opts Options) map[int64]Candidate {
+	t.Helper()
+	if opts.Layout == "" {
+		opts.Layout = "dcp"
+	}
+	w := newWatcher(t, opts)
+	e, err := newEngine(w.opts, w.openCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rescan(nil); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]Candidate{}
+	for _, c := range e.candidates() {
+		out[c.Step.Number] = c
+	}
+	return out
+}
+
+func expectOf(c Candidate) map[string]int64 {
+	out := map[string]int64{}
+	for _, e := range c.Step.Expect {
+		out[e.RelPath] = e.Size
+	}
+	return out
+}
+
+// TestDCPRecordSpecifiesStep: a real torch save is complete with its
+// record's expectations; one named file cut short (its time put back, so
+// that no timing rule sees it) or missing is not, and the reason names the
+// file, the size found and the size recorded.
+func TestDCPRecordSpecifiesStep(t *testing.T) {
+	dir := t.TempDir()
+	copyRecord(t, "world4-threads2", dir, "step-100")
+	c := candidates(t, Options{Dir: dir})[100]
+	if !c.Finished || c.Proof != ProofMarker {
+		t.Fatalf("whole torch save: finished %v (%s), proof %v", c.Finished, c.Waiting, c.Proof)
+	}
+	exp := expectOf(c)
+	if len(exp) != 6 || exp["step-100/__2_0.distcp"] != 2556 || exp["step-100/__1_1.distcp"] != 1180 {
+		t.Fatalf("expectations %v, want the record's 6 files", exp)
+	}
+
+	shard := filepath.Join(dir, "step-100", "__2_0.distcp")
+	st, _ := os.Stat(shard)
+	if err := os.Truncate(shard, 1278); err != nil {
+		t.Fatal(err)
+	}
+	setTime(t, shard, st.ModTime())
+	c = candidates(t, Options{Dir: dir})[100]
+	want := "record: step-100/__2_0.distcp is 1278 bytes, step-100/.metadata records 2556"
+	if c.Finished || !strings.Contains(c.Waiting, want) {
+		t.Fatalf("torn shard: finished %v, waiting %q; want %q", c.Finished, c.Waiting, want)
+	}
+
+	if err := os.Remove(shard); err != nil {
+		t.Fatal(err)
+	}
+	setTime(t, filepath.Join(dir, "step-100"), st.ModTime())
+	c = candidates(t, Options{Dir: dir})[100]
+	want = "record: step-100/.metadata names step-100/__2_0.distcp (2556 bytes), which is not here"
+	if c.Finished || c.Waiting != want {
+		t.Fatalf("missing shard: finished %v, waiting %q; want %q", c.Finished, c.Waiting, want)
+	}
+	// On a node of a multi-node job the missing file is another node's:
+	// the step is this node's part, and the expectation goes to the merge.
+	c = candidates(t, Options{Dir: dir, Nodes: 2})[100]
+	if !c.Finished || expectOf(c)["step-100/__2_0.distcp"] != 2556 {
+		t.Fatalf("multi-node part without another node's shard: finished %v (%s), expect %v", c.Finished, c.Waiting, expectOf(c))
+	}
+}
+
+// TestDCPRecordNeMo: NeMo 2's save order (weights/.metadata, then
+// weights/metadata.json and context/ after it, an "-unfinished" file
+// beside the folder until the end) is complete once the marker is gone,
+// though files were written after .metadata; the files outside the DCP
+// folder make the proof the settle window, not the marker.
+func TestDCPRecordNeMo(t *testing.T) {
+	dir := t.TempDir()
+	name := "model--reduced_train_loss=1.23-epoch=0-step=100"
+	copyRecord(t, "world2", dir, name+"/weights")
+	later := time.Now().Add(-30 * time.Minute)
+	for _, f := range []string{"weights/metadata.json", "context/model.yaml", "context/io.json"} {
+		write(t, dir, name+"/"+f, "{}")
+		setTime(t, filepath.Join(dir, name, f), later)
+	}
+	write(t, dir, name+"-unfinished", "")
+	c := candidates(t, Options{Dir: dir})[100]
+	if c.Finished || !strings.Contains(c.Waiting, name+"-unfinished") {
+		t.Fatalf("with NeMo's unfinished marker: finished %v, waiting %q", c.Finished, c.Waiting)
+	}
+	if err := os.Remove(filepath.Join(dir, name+"-unfinished")); err != nil {
+		t.Fatal(err)
+	}
+	c = candidates(t, Options{Dir: dir})[100]
+	if !c.Finished || c.Stale {
+		t.Fatalf("finished NeMo save: finished %v stale %v (%s)", c.Finished, c.Stale, c.Waiting)
+	}
+	if c.Proof != ProofNone {
+		t.Errorf("proof %v: files outside weights/ are vouched for by no marker", c.Proof)
+	}
+	// A named shard rewritten after the record is still stale.
+	setTime(t, filepath.Join(dir, name, "weights", "__1_0.distcp"), time.Now())
+	if c := candidates(t, Options{Dir: dir})[100]; c.Finished || !c.Stale {
+		t.Fatalf("shard newer than its record: finished %v stale %v (%s)", c.Finished, c.Stale, c.Waiting)
+	}
+}
+
+// TestDCPRecordUnreadable: a .metadata that is not a DCP record (or is
+// hostile) falls back to the timing rules, with one warning per version.
+func TestDCPRecordUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	copyRecord(t, "world2", dir, "step-100")
+	meta := filepath.Join(dir, "step-100", dcpMetadata)
+	st, _ := os.Stat(meta)
+	if err := os.WriteFile(meta, []byte("\x80\x04\x95"+strings.Repeat("\xff", 40)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setTime(t, meta, st.ModTime())
+	core, logs := observer.New(zapcore.WarnLevel)
+	opts := Options{Dir: dir, Logger: zap.New(core)}
+	for range 3 {
+		if c := candidates(t, opts)[100]; !c.Finished || len(c.Step.Expect) != 0 {
+			t.Fatalf("unreadable record: finished %v (%s), expect %v", c.Finished, c.Waiting, c.Step.Expect)
+		}
+	}
+	warned := logs.FilterMessageSnippet("not read as a record").All()
+	if len(warned) != 3 { // one per engine: each candidates call builds its own
+		t.Fatalf("%d warnings, want one per evaluation engine (3): %v", len(warned), logs.All())
+	}
+	if f := fmt.Sprint(warned[0].ContextMap()["file"]); f != "step-100/.metadata" {
+		t.Errorf("warning names %q", f)
+	}
+	_ = fs.ErrNotExist
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// copyDCPFiles copies the named files of a real torch 2.6 save
+// (testdata/dcp-records/<src>) into dir/step-100, dated a minute back, with
+// .metadata a second newer than the shards, as torch writes them.
+func copyDCPFiles(t *testing.T, src, dir string, names ...string) string {
+	t.Helper()
+	to := filepath.Join(dir, "step-100")
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	for _, n := range names {
+		data, err := os.ReadFile(filepath.Join("../../testdata/dcp-records", src, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(to, n)
+		writeFile(t, p, data)
+		when := old
+		if n == ".metadata" {
+			when = old.Add(time.Second)
+		}
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return to
+}
+
+// TestAgentTwoNodesDCPRecord is issue 46's first case with the writer
+// gone: node 1 (no marker, as docs/many-nodes.md sets it up) holds rank 1's
+// shard cut short and closed (a writer killed mid-save), which no timing
+// rule on node 1 can tell from a whole one; node 0 holds .metadata and rank
+// 0's shard. Node 0's part carries what .metadata records, so the merge
+// refuses the union: step 100 is never committed, and the log names the
+// file, the size found and the size recorded, once. The same job with the shard
+// whole commits both files.
+func TestAgentTwoNodesDCPRecord(t *testing.T) {
+	srv := s3test.Shared(t)
+	for _, torn := range []bool{true, false} {
+		bucket := srv.NewBucket(t)
+		st := srv.Store(t, bucket)
+		watch := []string{t.TempDir(), t.TempDir()}
+		copyDCPFiles(t, "world2", watch[0], ".metadata", "__0_0.distcp")
+		node1 := copyDCPFiles(t, "world2", watch[1], "__1_0.distcp")
+		if torn {
+			shard := filepath.Join(node1, "__1_0.distcp")
+			fi, _ := os.Stat(shard)
+			if err := os.Truncate(shard, 2988); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chtimes(shard, fi.ModTime(), fi.ModTime())
+		}
+		agents := make([]*agentProcess, 2)
+		for k := range 2 {
+			args := []string{"--watch", watch[k], "--to", "s3://" + bucket + "/run", "--state-dir", t.TempDir(), "--layout", "dcp",
+				"--settle", "300ms", "--metrics-addr", "off", "--nodes", "2", "--node-rank", []string{"0", "1"}[k]}
+			if k == 1 {
+				args = append(args, "--no-marker", "--expected-ranks", "1")
+			}
+			agents[k] = startAgentProcess(t, agentEnv(srv, srv.Endpoint), args...)
+		}
+		ctx := context.Background()
+		set := manifest.PartSet{Step: 100, Nodes: 2}
+		waitFor(t, "both parts of step 100", 30*time.Second, func() bool {
+			_, e0 := remote.GetPart(ctx, st, "run", set, 0)
+			_, e1 := remote.GetPart(ctx, st, "run", set, 1)
+			return e0 == nil && e1 == nil
+		})
+		if !torn {
+			waitFor(t, "step 100 committed", 30*time.Second, func() bool { return len(committed(t, st, "run")) == 1 })
+			m, err := remote.Get(ctx, st, "run", 100)
+			if err != nil || len(m.Files) != 3 {
+				t.Fatalf("whole step: %v, %v", m, err)
+			}
+			continue
+		}
+		want := "step-100/__1_0.distcp is 2988 bytes, step-100/.metadata records 5976"
+		waitFor(t, "the merge refused with the sizes named", 30*time.Second, func() bool {
+			return strings.Contains(agents[0].logs.String()+agents[1].logs.String(), want)
+		})
+		time.Sleep(2 * time.Second) // a retry would have run
+		if steps := committed(t, st, "run"); len(steps) != 0 {
+			t.Fatalf("torn step committed: %v", steps)
+		}
+		// A part is immutable: retrying the merge cannot help, so the step
+		// fails once, loudly, instead of a retry loop.
+		logs := agents[0].logs.String() + agents[1].logs.String()
+		if !strings.Contains(logs, "disagree with what its framework recorded") || strings.Contains(logs, "will retry") {
+			t.Fatalf("want one error naming the record and no retry; logs:\n%s", logs)
+		}
+	}
+}
