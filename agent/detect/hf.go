@@ -12,9 +12,10 @@ import (
 //     ("tmp-checkpoint-{N}", used by some versions while saving, is a
 //     temporary name and never a step.)
 //   - Marker: "trainer_state.json" in the folder, which the main process
-//     writes after the model, optimizer, scheduler and (in recent versions)
-//     RNG state; it vouches for them only when newer than each (other
-//     ranks' RNG states may come after it). On other nodes of a multi-node job saving to local disks it
+//     writes after the model, optimizer, scheduler and (from transformers
+//     4.36) RNG state; it vouches for them only when newer than each. RNG
+//     states are never covered: up to 4.35 every process writes its own
+//     after the marker, and other ranks' may come after it in any version. On other nodes of a multi-node job saving to local disks it
 //     never appears: see Options.NoMarker.
 //   - Ranks: each process writes "rng_state_{R}.pth" ("rng_state.pth"
 //     alone) after its model and optimizer shards, and another rank's can
@@ -57,10 +58,15 @@ func (hfLayout) Steps(t *Tree) []Candidate {
 }
 
 // hfCovered reports whether trainer_state.json vouches for a file: every
-// file but another rank's RNG state, which that rank may write after it.
+// file but the RNG states. Another rank's may land after it in any
+// version, and up to transformers 4.35 Trainer._save_checkpoint saves
+// trainer_state.json before the RNG state of every process, rank 0's
+// "rng_state.pth" included (from 4.36 the RNG state comes first); the RNG
+// states count as ranks instead (hfRanks), and the settle window or
+// --expected-ranks decides.
 func hfCovered(f File) bool {
-	m := rankRNG.FindStringSubmatch(path.Base(f.RelPath))
-	return m == nil || m[1] == "0"
+	base := path.Base(f.RelPath)
+	return base != "rng_state.pth" && !rankRNG.MatchString(base)
 }
 
 // hfRanks returns the ranks whose RNG state is in a Hugging Face step,

@@ -196,3 +196,24 @@ func TestDCPRecordUnreadable(t *testing.T) {
 	}
 	_ = fs.ErrNotExist
 }
+
+// TestHFOldOrderNotStale: transformers up to 4.35 writes
+// trainer_state.json before every process's RNG state (Trainer.
+// _save_checkpoint); a finished save in that order is complete, not stale,
+// while a model file written after the marker still is.
+func TestHFOldOrderNotStale(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	for i, f := range []string{"model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state_0.pth", "rng_state_1.pth"} {
+		write(t, dir, "checkpoint-100/"+f, "x")
+		setTime(t, filepath.Join(dir, "checkpoint-100", f), base.Add(time.Duration(i)*time.Second))
+	}
+	c := candidates(t, Options{Dir: dir, Layout: "hf"})[100]
+	if !c.Finished || c.Stale {
+		t.Fatalf("HF <= 4.35 order: finished %v stale %v (%s)", c.Finished, c.Stale, c.Waiting)
+	}
+	setTime(t, filepath.Join(dir, "checkpoint-100", "optimizer.pt"), base.Add(time.Minute))
+	if c := candidates(t, Options{Dir: dir, Layout: "hf"})[100]; c.Finished || !c.Stale {
+		t.Fatalf("optimizer newer than trainer_state.json: finished %v stale %v", c.Finished, c.Stale)
+	}
+}
