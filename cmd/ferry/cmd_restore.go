@@ -52,8 +52,9 @@ func newRestoreCommand() *cli.Command {
 		Description: commandDoc{
 			about: "Restores the latest committed step (or --step N) of the run at --from into --to: the manifest is checked " +
 				"as untrusted input, files are fetched with parallel ranged GETs, each file's size and BLAKE3 are checked as the " +
-				"bytes arrive, and each verified file is renamed into place. Files already correct are kept, so an interrupted " +
-				"restore resumes; files the manifest does not name are left alone. --to is created if missing, also when " +
+				"bytes arrive, and the step is placed as a whole once every file is verified (its marker last); a failed restore " +
+				"leaves --to as it was. Files already correct are kept, and verified files a killed restore left staged are " +
+				"used, so an interrupted restore resumes; files the manifest does not name are left alone. --to is created if missing, also when " +
 				"nothing is committed and --allow-empty lets a first run start fresh.",
 			env: "FERRY_FROM is the location every command that reads a run reads (restore, list, show, verify, prune, copy's " +
 				"source); FERRY_CONCURRENCY (requests in flight) is shared with push and the agent, with the same default.",
