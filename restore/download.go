@@ -46,7 +46,7 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 			return nil
 		}
 		if attempt > 1 || !errors.Is(err, ErrHashMismatch) || ctx.Err() != nil {
-			return err
+			return asDamage(job, err)
 		}
 		if d, ok := r.store.(Distruster); ok {
 			d.Distrust(job.file.Key)

@@ -154,6 +154,18 @@ type Options struct {
 	// after a mismatch the source is told, if it is a Distruster, before
 	// the file is fetched again.
 	Peers func(ctx context.Context, req PeerRequest) (store.Store, error)
+	// Fallback, when the latest step is asked for (LatestStep), restores
+	// the newest restorable committed step when newer ones are damaged
+	// (ErrDamaged): each one skipped is in Result.Skipped and logged at
+	// warn. Without it a damaged latest step fails the restore. Steps the
+	// bucket records as damaged are skipped without being read.
+	Fallback bool
+	// NoRecord keeps a restore that finds a step damaged from recording
+	// it in the bucket (remote.RecordDamage, create-only), which every
+	// later restore of the latest step then honours. RecordBy names the
+	// finder in the record.
+	NoRecord bool
+	RecordBy string
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -204,6 +216,10 @@ type Result struct {
 	Selection *Selection
 	// Plan, with Options.PlanOnly, is what the restore would do.
 	Plan *Plan
+	// Skipped are the damaged steps the restore did not restore, newest
+	// first: with Options.Fallback the steps passed over to reach Step,
+	// otherwise the damaged step that failed it.
+	Skipped []Skipped
 }
 
 // Restore restores one committed step into opts.Dir. It returns an error
@@ -245,11 +261,32 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.Step < 0 {
+		return restoreLatest(ctx, opts, growBudget)
+	}
+	res, err := restoreStep(ctx, opts, growBudget)
+	var de *DamagedError
+	if errors.As(err, &de) {
+		s := recordDamage(ctx, opts, de)
+		res.Skipped = []Skipped{s}
+		opts.Logger.Warn("step is damaged", zap.Int64("step", s.Step), zap.String("path", s.Path),
+			zap.String("key", s.Key), zap.String("reason", s.Reason), zap.String("record", s.Record))
+	}
+	return res, err
+}
+
+// restoreStep restores opts.Step, which is a step number. A damaged step
+// fails with a *DamagedError (wrapped).
+func restoreStep(ctx context.Context, opts Options, growBudget bool) (Result, error) {
 	m, rtt, err := find(ctx, opts)
 	if err != nil {
-		return Result{}, err
+		return Result{Step: opts.Step}, manifestDamage(opts.Prefix, opts.Step, err)
 	}
 	res, err := restoreManifest(ctx, opts, m, rtt, growBudget)
+	var de *DamagedError
+	if errors.As(err, &de) {
+		de.Step = m.Step
+	}
 	if err != nil {
 		return res, fmt.Errorf("restore step %d: %w", m.Step, err)
 	}
