@@ -250,6 +250,27 @@ func StepFromPrunedKey(prefix, key string) (int64, bool) {
 	return StepFromManifestKey(prefix, ManifestsPrefix(prefix)+rest)
 }
 
+// DamagedPrefix is the key prefix under which restores record steps they
+// found damaged (an object missing or not matching its hash, a manifest
+// that does not validate), one record per step, so that every later
+// restore skips them.
+func DamagedPrefix(prefix string) string { return join(prefix, "damaged/") }
+
+// DamagedKey is the key of the damage record of a step; it sorts like the
+// step's manifest key, newest first.
+func DamagedKey(prefix string, step int64) string {
+	return DamagedPrefix(prefix) + fmt.Sprintf("%012d-%012d.json", MaxStep-step, step)
+}
+
+// StepFromDamagedKey parses the step out of a damage record's key.
+func StepFromDamagedKey(prefix, key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, DamagedPrefix(prefix))
+	if !ok {
+		return 0, false
+	}
+	return StepFromManifestKey(prefix, ManifestsPrefix(prefix)+rest)
+}
+
 // StepString zero-pads a step to 12 digits.
 func StepString(step int64) string { return fmt.Sprintf("%012d", step) }
 

@@ -28,6 +28,7 @@ package manifest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -196,13 +197,18 @@ func DecodeBytes(data []byte, prefix string) (*Manifest, error) {
 	return &m, nil
 }
 
+// ErrNewerFormat is wrapped by the error of a manifest written in a
+// format this ferry does not read: a newer ferry wrote it, and it is not
+// damaged.
+var ErrNewerFormat = errors.New("upgrade ferry")
+
 func checkFormat(v string) error {
 	major, _, _ := strings.Cut(v, ".")
 	if v == "" {
 		return fmt.Errorf("manifest field format: missing")
 	}
 	if major != "1" && major != "2" && major != "3" {
-		return fmt.Errorf("manifest field format: version %q not supported (this ferry reads 1.x, 2.x and 3.x; upgrade ferry)", v)
+		return fmt.Errorf("manifest field format: version %q not supported (this ferry reads 1.x, 2.x and 3.x; %w)", v, ErrNewerFormat)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 			return nil
 		}
 		if attempt > 1 || !errors.Is(err, ErrHashMismatch) || ctx.Err() != nil {
-			return err
+			return asDamage(job, err)
 		}
 		if d, ok := r.store.(Distruster); ok {
 			d.Distrust(job.file.Key)
@@ -59,6 +59,9 @@ func (r *restorer) restoreFile(ctx context.Context, job *fileJob, seq int) error
 // (keepExisting), counting it as kept and done, and reports whether it did.
 func (r *restorer) keep(ctx context.Context, job *fileJob) (bool, error) {
 	keep, err := r.keepExisting(ctx, job)
+	if err == nil && !keep {
+		keep, err = r.resumeStaged(ctx, job)
+	}
 	if err != nil {
 		return false, fmt.Errorf("check existing %s: %w", job.file.Path, err)
 	}
@@ -116,8 +119,8 @@ func (r *restorer) keepExisting(ctx context.Context, job *fileJob) (bool, error)
 }
 
 // download fetches one file into a temp file beside its final path,
-// verifies it and renames it into place. On any error the temp file is
-// removed and the final path is untouched.
+// verifies it and stages it for commit. On any error the temp file is
+// removed; the final path is never touched here.
 func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err error) {
 	f, tmp, err := r.createTemp(job.rel)
 	if err != nil {
@@ -168,7 +171,7 @@ func (r *restorer) download(ctx context.Context, job *fileJob, seq int) (err err
 			return fmt.Errorf("restore %s: %w", job.file.Path, err)
 		}
 	}
-	if err := r.place(f, tmp, job); err != nil {
+	if err := r.stage(f, tmp, job); err != nil {
 		return fmt.Errorf("restore %s: %w", job.file.Path, err)
 	}
 	placed = true

@@ -209,7 +209,10 @@ func (w *chunkWriter) getRange(ctx context.Context, off, end int64) error {
 	return nil
 }
 
-var errTooLong = errors.New("object is longer than the manifest's size")
+var (
+	errTooLong = errors.New("object is longer than the manifest's size")
+	errShort   = errors.New("object ended")
+)
 
 // writeError is a failure of the local disk (full, read-only), which no
 // amount of re-fetching fixes.
@@ -261,7 +264,7 @@ func (w *chunkWriter) copy(ctx context.Context, body io.Reader) error {
 		carry = copy(w.buf, w.buf[k:n])
 		if rerr == io.EOF {
 			if w.pos < w.end {
-				return fmt.Errorf("object ended at byte %d, manifest says %d bytes", w.pos, size)
+				return fmt.Errorf("%w at byte %d, manifest says %d bytes", errShort, w.pos, size)
 			}
 			return nil
 		}

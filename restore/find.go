@@ -21,14 +21,6 @@ func find(ctx context.Context, opts Options) (*manifest.Manifest, time.Duration,
 	}
 	step := opts.Step
 	var rtt time.Duration
-	if step < 0 {
-		start := time.Now()
-		latest, err := remote.LatestStep(ctx, opts.Store, opts.Prefix)
-		if err != nil {
-			return nil, 0, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
-		}
-		step, rtt = latest, time.Since(start)
-	}
 	start := time.Now()
 	m, err := remote.GetFiltered(ctx, opts.Store, opts.Prefix, step, filter)
 	if err != nil {

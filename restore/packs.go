@@ -16,7 +16,7 @@ import (
 // Packed files (manifest format 3) are ranges of pack objects. Neighbouring
 // files of a pack are fetched together, a run of them per ranged GET, and
 // each is written to a temp file of its own, checked against its BLAKE3 and
-// renamed into place as its last byte passes. A file the run could not
+// staged for commit as its last byte passes. A file the run could not
 // restore (a body that broke, a hash that did not match) is then fetched
 // on its own, like any file, with the same retries.
 
@@ -285,7 +285,7 @@ func (s *runSink) finish() error {
 	}
 	f := s.f
 	s.f = nil
-	if err := s.w.r.place(f, s.tmp, job); err != nil {
+	if err := s.w.r.stage(f, s.tmp, job); err != nil {
 		f.Close()
 		s.w.r.root.Remove(s.tmp)
 		return &writeError{fmt.Errorf("restore %s: %w", job.file.Path, err)}

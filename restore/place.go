@@ -84,10 +84,12 @@ func (r *restorer) createTemp(rel string) (*os.File, string, error) {
 	return nil, "", fmt.Errorf("create temp file in %s: too many name collisions", filepath.Dir(rel))
 }
 
-// place checks a verified temp file's size and renames it over the final
-// path; with Options.Fsync it fsyncs the file first, and its directory is
-// fsynced later, once per directory.
-func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
+// stage checks a verified temp file's size, closes it and renames it to
+// its staged name (stagedName), where it waits for commit to put it at its
+// final path once every file of the step is verified; with Options.Fsync
+// it fsyncs the file first, and its directory is fsynced later, once per
+// directory.
+func (r *restorer) stage(f *os.File, tmp string, job *fileJob) error {
 	fi, err := f.Stat()
 	if err != nil {
 		return err
@@ -107,10 +109,11 @@ func (r *restorer) place(f *os.File, tmp string, job *fileJob) error {
 	if err != nil {
 		return err
 	}
-	if err := dir.Rename(filepath.Base(tmp), filepath.Base(job.rel)); err != nil {
+	staged := stagedName(job)
+	if err := dir.Rename(filepath.Base(tmp), staged); err != nil {
 		return err
 	}
-	r.addSyncDir(filepath.Dir(job.rel))
+	r.addStaged(job, filepath.Join(filepath.Dir(job.rel), staged))
 	return nil
 }
 
@@ -196,7 +199,8 @@ func (r *restorer) removeMadeDirs() {
 
 // removeStale removes temp files an interrupted restore left beside the
 // planned paths. Only names of our temp pattern made for a planned entry
-// of that directory are touched.
+// of that directory are touched; a staged copy of a planned file (its
+// name carries the file's hash) is kept for keep to check and use.
 func (r *restorer) removeStale(p *plan) error {
 	byDir := map[string]map[string]bool{}
 	add := func(rel string) {
@@ -206,8 +210,11 @@ func (r *restorer) removeStale(p *plan) error {
 		}
 		byDir[dir][filepath.Base(rel)] = true
 	}
-	for _, f := range p.files {
+	staged := map[string]*fileJob{} // staged name -> its file
+	for i := range p.files {
+		f := &p.files[i]
 		add(f.rel)
+		staged[filepath.Join(filepath.Dir(f.rel), stagedName(f))] = f
 	}
 	for _, l := range p.links {
 		add(l.rel)
@@ -220,6 +227,10 @@ func (r *restorer) removeStale(p *plan) error {
 		for _, e := range ents {
 			base := tempOf(e.Name())
 			if base == "" || e.IsDir() || !madeFor(base, names) {
+				continue
+			}
+			if job := staged[filepath.Join(dir, e.Name())]; job != nil {
+				job.resume = filepath.Join(dir, e.Name()) // verified by keep
 				continue
 			}
 			if err := r.root.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -254,26 +265,6 @@ func madeFor(base string, names map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// placeLinks creates the manifest's symlinks, after all files are in place.
-// An existing link is replaced atomically through a temp link and rename.
-func (r *restorer) placeLinks(p *plan) error {
-	for _, l := range p.links {
-		if l.keep {
-			continue
-		}
-		tmp := filepath.Join(filepath.Dir(l.rel), tempName(filepath.Base(l.rel)))
-		if err := r.root.Symlink(l.link.Target, tmp); err != nil {
-			return fmt.Errorf("symlink %s: %w", l.link.Path, err)
-		}
-		if err := r.root.Rename(tmp, l.rel); err != nil {
-			r.root.Remove(tmp)
-			return fmt.Errorf("symlink %s: %w", l.link.Path, err)
-		}
-		r.addSyncDir(filepath.Dir(l.rel))
-	}
-	return nil
 }
 
 // syncAllDirs fsyncs every directory that gained or changed an entry, once

@@ -24,6 +24,9 @@ type fileJob struct {
 	// absent is set when planning saw the file's directory missing: no
 	// file can be there, so nothing needs checking.
 	absent bool
+	// resume is a staged copy (root-relative) an interrupted restore of
+	// this file left, found by removeStale; "" when none.
+	resume string
 
 	reported int64 // bytes already reported to Progress (under restorer.mu)
 }

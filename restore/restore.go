@@ -5,9 +5,12 @@
 // plans every path it will write (rejecting anything that could land outside
 // the target directory before writing a byte), keeps files that are already
 // correct, downloads the rest with parallel ranged GETs into temp files next
-// to their final paths, verifies size and hash, renames them into place, and
-// recreates the manifest's symlinks last. A final path only ever holds its
-// old content or the verified new content. With Options.Fsync (--fsync)
+// to their final paths and verifies size and hash. Only once every file of
+// the step is verified does it place the step (commit.go): files renamed
+// into place, then the manifest's symlinks, then the frameworks' markers
+// (markers.go), each with times that an agent started on the folder reads
+// as a finished save. A final path only ever holds its old content or the
+// verified new content, and a failed restore leaves it with its old one. With Options.Fsync (--fsync)
 // each file is also fsynced before its rename, and every changed directory
 // once at the end; without it the kernel writes the data back in its own
 // time, and a later restore re-verifies what it finds before keeping it.
@@ -18,9 +21,13 @@
 // rename. A directory where a file or link goes, or a regular file where a
 // link goes, fails the restore before anything is written: those may be
 // user data, and ferry does not delete what it did not write. Files the
-// manifest does not mention are left alone. Files of a step are placed as
-// they are verified, so a failed restore can leave a mix of old and new
-// files, each of them whole; running it again finishes the job.
+// manifest does not mention are left alone. A step is placed whole or not
+// at all: a restore that fails (a damaged object, a full disk, a cancel)
+// leaves every final path as it was before it started, and one that is
+// killed leaves its verified files under staged temp names, which the
+// next restore of the step re-verifies and uses rather than downloading
+// them again. Until the commit the old and new copies of a replaced file
+// both take space.
 //
 // One restore at a time per target directory: a restore removes temp files
 // left by an earlier, interrupted one, which would break a concurrent one.
@@ -147,6 +154,18 @@ type Options struct {
 	// after a mismatch the source is told, if it is a Distruster, before
 	// the file is fetched again.
 	Peers func(ctx context.Context, req PeerRequest) (store.Store, error)
+	// Fallback, when the latest step is asked for (LatestStep), restores
+	// the newest restorable committed step when newer ones are damaged
+	// (ErrDamaged): each one skipped is in Result.Skipped and logged at
+	// warn. Without it a damaged latest step fails the restore. Steps the
+	// bucket records as damaged are skipped without being read.
+	Fallback bool
+	// NoRecord keeps a restore that finds a step damaged from recording
+	// it in the bucket (remote.RecordDamage, create-only), which every
+	// later restore of the latest step then honours. RecordBy names the
+	// finder in the record.
+	NoRecord bool
+	RecordBy string
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -197,6 +216,10 @@ type Result struct {
 	Selection *Selection
 	// Plan, with Options.PlanOnly, is what the restore would do.
 	Plan *Plan
+	// Skipped are the damaged steps the restore did not restore, newest
+	// first: with Options.Fallback the steps passed over to reach Step,
+	// otherwise the damaged step that failed it.
+	Skipped []Skipped
 }
 
 // Restore restores one committed step into opts.Dir. It returns an error
@@ -238,11 +261,32 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.Step < 0 {
+		return restoreLatest(ctx, opts, growBudget)
+	}
+	res, err := restoreStep(ctx, opts, growBudget)
+	var de *DamagedError
+	if errors.As(err, &de) {
+		s := recordDamage(ctx, opts, de)
+		res.Skipped = []Skipped{s}
+		opts.Logger.Warn("step is damaged", zap.Int64("step", s.Step), zap.String("path", s.Path),
+			zap.String("key", s.Key), zap.String("reason", s.Reason), zap.String("record", s.Record))
+	}
+	return res, err
+}
+
+// restoreStep restores opts.Step, which is a step number. A damaged step
+// fails with a *DamagedError (wrapped).
+func restoreStep(ctx context.Context, opts Options, growBudget bool) (Result, error) {
 	m, rtt, err := find(ctx, opts)
 	if err != nil {
-		return Result{}, err
+		return Result{Step: opts.Step}, manifestDamage(opts.Prefix, opts.Step, err)
 	}
 	res, err := restoreManifest(ctx, opts, m, rtt, growBudget)
+	var de *DamagedError
+	if errors.As(err, &de) {
+		de.Step = m.Step
+	}
 	if err != nil {
 		return res, fmt.Errorf("restore step %d: %w", m.Step, err)
 	}

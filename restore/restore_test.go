@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -84,7 +85,7 @@ func testRoundTripSizes(t *testing.T, buffered bool) {
 		want.Direct = len(files)
 	}
 	res.Manifest = nil
-	if res != want {
+	if !reflect.DeepEqual(res, want) {
 		t.Errorf("result %+v, want %+v", res, want)
 	}
 	if lastDone != total || lastTotal != total {

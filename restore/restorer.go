@@ -47,6 +47,8 @@ type restorer struct {
 	// Directories this run created, for removal if it fails.
 	madeInside  []string // root-relative
 	madeOutside []string // the target directory and its missing parents
+	// staged are the verified files waiting for commit (commit.go).
+	staged []*stagedFile
 }
 
 func newRestorer(opts Options, p *plan, growBudget bool) *restorer {
@@ -59,10 +61,12 @@ func newRestorer(opts Options, p *plan, growBudget bool) *restorer {
 	return r
 }
 
-// run writes the plan: directories, files, links, then directory fsyncs.
+// run writes the plan: directories, then every file verified and staged,
+// then the step placed as a whole (commit), then directory fsyncs.
 func (r *restorer) run(ctx context.Context, p *plan) (err error) {
 	defer func() {
 		if err != nil {
+			r.discardStaged()
 			r.removeMadeDirs()
 		}
 		r.dirRoots.Range(func(_, v any) bool {
@@ -82,7 +86,7 @@ func (r *restorer) run(ctx context.Context, p *plan) (err error) {
 	if err := r.fetchAll(ctx, p); err != nil {
 		return err
 	}
-	if err := r.placeLinks(p); err != nil {
+	if err := r.commit(p); err != nil {
 		return err
 	}
 	return r.syncAllDirs(ctx)

@@ -41,6 +41,9 @@ type restoreOptions struct {
 	paths *restore.PathFilter
 	// dryRun plans the restore and fetches no data (--dry-run).
 	dryRun bool
+	// fallback restores the newest restorable step when the latest is
+	// damaged (--on-damaged previous).
+	fallback bool
 	// peers, when set, restores together with other nodes (--peers).
 	peers *peerOptions
 }
@@ -52,16 +55,20 @@ func newRestoreCommand() *cli.Command {
 		Description: commandDoc{
 			about: "Restores the latest committed step (or --step N) of the run at --from into --to: the manifest is checked " +
 				"as untrusted input, files are fetched with parallel ranged GETs, each file's size and BLAKE3 are checked as the " +
-				"bytes arrive, and each verified file is renamed into place. Files already correct are kept, so an interrupted " +
-				"restore resumes; files the manifest does not name are left alone. --to is created if missing, also when " +
+				"bytes arrive, and the step is placed as a whole once every file is verified (its marker last); a failed restore " +
+				"leaves --to as it was. Files already correct are kept, and verified files a killed restore left staged are " +
+				"used, so an interrupted restore resumes; files the manifest does not name are left alone. --to is created if missing, also when " +
 				"nothing is committed and --allow-empty lets a first run start fresh.",
 			env: "FERRY_FROM is the location every command that reads a run reads (restore, list, show, verify, prune, copy's " +
 				"source); FERRY_CONCURRENCY (requests in flight) is shared with push and the agent, with the same default.",
 			examples: []string{
-				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty",
+				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty --on-damaged previous",
 				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --step 1000 --exclude '*optim*'",
 			},
-			exits: []string{"0 restored (or, with --allow-empty, nothing is committed yet and --to exists, empty)", exit1, exit2,
+			exits: []string{"0 restored (or, with --allow-empty, nothing is committed yet and --to exists, empty); with " +
+				"--on-damaged previous, possibly an older step than the latest: the log warns and --json's skipped names each step passed over and why",
+				exit1 + "; a damaged step (the latest, or --step N; with --on-damaged previous, every committed step) is one: " +
+					"nothing of it is placed, and --json's skipped names it", exit2,
 				"3 nothing is committed at --from (without --allow-empty), or --step N is not committed"},
 		}.String(),
 		Flags: restoreFlags(),
@@ -95,6 +102,10 @@ type restoreSummary struct {
 	// DryRun, with --dry-run, is what the restore would do; nothing was
 	// fetched or written.
 	DryRun *dryRunSummary `json:"dry_run,omitempty"`
+	// Skipped are the damaged steps not restored, newest first: with
+	// --on-damaged previous those passed over to reach Step (exit 0),
+	// otherwise the one that failed the restore (exit 1).
+	Skipped []restore.Skipped `json:"skipped,omitempty"`
 	// Peers, with --peers, counts the bytes by where they came from.
 	Peers *peer.Stats `json:"peers,omitempty"`
 }
@@ -135,6 +146,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	printSkipped(stdout, sum.Skipped)
 	if sum.Empty {
 		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", o.from)
 		return nil
@@ -229,6 +241,7 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		sum.Peers = &stats
 	}
 	sum.Requests = counters.Snapshot()
+	sum.Skipped = res.Skipped
 	switch {
 	case errors.Is(err, remote.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
 		sum.Step, sum.Empty = -1, true
@@ -300,9 +313,27 @@ func (o *restoreOptions) restoreOptions(st store.Store, loc manifest.Location, l
 		DirectIO: o.directIO, Fsync: o.fsync, Logger: log,
 		LowSpeedLimit: limit, LowSpeedTime: o.lowSpeedTime, Progress: bar.report,
 		Paths: o.paths, AllowNoMatch: o.allowEmpty, PlanOnly: o.dryRun,
+		Fallback: o.fallback, RecordBy: recordBy("restore"), NoRecord: o.dryRun,
 	}
 	if o.nodes > 0 {
 		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank
 	}
 	return ropts, bar
+}
+
+// printSkipped prints a line for each damaged step a restore skipped.
+func printSkipped(w io.Writer, skipped []restore.Skipped) {
+	for _, s := range skipped {
+		what := "its manifest"
+		if s.Path != "" {
+			what = s.Path
+		}
+		fmt.Fprintf(w, "skipped damaged step %d: %s: %s (%s)\n", s.Step, what, s.Reason, s.Record)
+	}
+}
+
+// recordBy names this node and command in a damage record.
+func recordBy(cmd string) string {
+	h, _ := os.Hostname()
+	return h + " (ferry " + cmd + ")"
 }

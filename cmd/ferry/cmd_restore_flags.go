@@ -20,6 +20,7 @@ func restoreFlags() []cli.Flag {
 		// The default since direct I/O became opt-in; kept so scripts
 		// that pass it keep working.
 		&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Hidden: true},
+		&cli.StringFlag{Name: "on-damaged", Value: onDamagedFail, EnvVars: []string{"FERRY_ON_DAMAGED"}, Usage: "when the latest step is damaged (an object missing, bytes not matching after a second download, a manifest that does not validate, or recorded damaged in the bucket): fail (exit 1), or previous: restore the newest restorable committed step, warning which steps were skipped and why (recommended for job entrypoints)"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what the restore would do (files to download, files in place it would re-verify, bytes, requests and their price at R2's rates) and fetch no data"},
 		&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
@@ -53,10 +54,15 @@ func readRestoreOptions(c *cli.Context) (restoreOptions, error) {
 	if err != nil {
 		return restoreOptions{}, err
 	}
+	fallback, err := onDamagedFlag(c)
+	if err != nil {
+		return restoreOptions{}, err
+	}
 	return restoreOptions{
 		paths:         paths,
 		peers:         peers,
 		dryRun:        c.Bool("dry-run"),
+		fallback:      fallback,
 		lowSpeedLimit: limit,
 		lowSpeedTime:  c.Duration("low-speed-time"),
 		remote:        readRemoteOptions(c),
@@ -86,4 +92,26 @@ func pathFlags(c *cli.Context) (*restore.PathFilter, error) {
 		return nil, usagef("%v", err)
 	}
 	return f, nil
+}
+
+// --on-damaged's values.
+const (
+	onDamagedFail     = "fail"
+	onDamagedPrevious = "previous"
+)
+
+// onDamagedFlag reads --on-damaged: whether to fall back to the newest
+// restorable step.
+func onDamagedFlag(c *cli.Context) (bool, error) {
+	switch v := c.String("on-damaged"); v {
+	case onDamagedFail:
+		return false, nil
+	case onDamagedPrevious:
+		if c.IsSet("step") {
+			return false, usagef("--on-damaged previous picks the step itself: drop --step %d", c.Int64("step"))
+		}
+		return true, nil
+	default:
+		return false, usagef("--on-damaged %q: want fail or previous", v)
+	}
 }

@@ -28,6 +28,11 @@ type verifyOptions struct {
 	json        bool
 	bandwidth   int64
 	concurrency int
+	// markDamaged records each step found damaged in the bucket, as a
+	// restore that finds it does; clearDamaged (>= 0) removes the record
+	// of that step instead of verifying.
+	markDamaged  bool
+	clearDamaged int64
 }
 
 func newVerifyCommand() *cli.Command {
@@ -39,11 +44,15 @@ func newVerifyCommand() *cli.Command {
 				"--last N or --all. Each step's manifest and shards must read and validate, and every object they reference " +
 				"must exist with the recorded size (one LIST per folder of objects). --read-data streams every object and " +
 				"checks its bytes against the manifest's BLAKE3; --read-data-subset 10% does so for a random choice of files " +
-				"holding about that share of each step's bytes.",
+				"holding about that share of each step's bytes. Without them no byte is read: a changed byte goes unseen, and " +
+				"the output says what was checked. --mark-damaged records each damaged step in the bucket, as restore does when " +
+				"it finds one, so that restore --on-damaged previous skips it on every node; --clear-damaged N removes the record.",
 			env: "Its limits are its own, FERRY_VERIFY_CONCURRENCY and FERRY_VERIFY_BANDWIDTH: FERRY_CONCURRENCY and " +
 				"FERRY_BANDWIDTH, set for uploads, do not change it. FERRY_FROM is the run it reads.",
-			examples: []string{"ferry verify --from s3://my-bucket/run --last 3 --read-data-subset 10%"},
-			exits: []string{"0 every step checked holds",
+			examples: []string{"ferry verify --from s3://my-bucket/run --last 3 --read-data-subset 10%",
+				"ferry verify --from s3://my-bucket/run --read-data --mark-damaged",
+				"ferry verify --from s3://my-bucket/run --clear-damaged 600"},
+			exits: []string{"0 every step checked holds (or, with --clear-damaged, the record is gone)",
 				"1 a step is not restorable as recorded: one line per problem (missing, wrong size, wrong hash, unreadable, manifest)",
 				exit2, "3 nothing is committed at --from, or --step N is not committed"},
 		}.String(),
@@ -57,6 +66,8 @@ func newVerifyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON: each step with its problems, and the requests made by operation"},
 			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_VERIFY_BANDWIDTH"}, Usage: "cap the read rate of --read-data, e.g. 800MiB/s (default: unlimited)"},
 			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_VERIFY_CONCURRENCY"}, Value: verify.DefaultConcurrency, Usage: "most ranged GETs in flight with --read-data"},
+			&cli.BoolFlag{Name: "mark-damaged", Usage: "record each step found damaged (an object missing, of the wrong size or hash, a manifest that does not validate) in the bucket, as restore does, so that every restore --on-damaged previous skips it"},
+			&cli.Int64Flag{Name: "clear-damaged", Value: -1, Usage: "remove the bucket's record that step `N` is damaged (once it is repaired), and check nothing (default: none)"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := readVerifyOptions(c)
@@ -71,7 +82,11 @@ func newVerifyCommand() *cli.Command {
 // readVerifyOptions reads and checks verify's flags.
 func readVerifyOptions(c *cli.Context) (verifyOptions, error) {
 	o := verifyOptions{remote: readRemoteOptions(c), from: c.String("from"), step: c.Int64("step"), last: c.Int("last"),
-		all: c.Bool("all"), json: c.Bool("json"), concurrency: c.Int("concurrency")}
+		all: c.Bool("all"), json: c.Bool("json"), concurrency: c.Int("concurrency"),
+		markDamaged: c.Bool("mark-damaged"), clearDamaged: c.Int64("clear-damaged")}
+	if c.IsSet("clear-damaged") && (o.clearDamaged < 0 || o.markDamaged) {
+		return o, usagef("--clear-damaged N: want a step number, 0 or more, without --mark-damaged")
+	}
 	if c.Args().Len() > 0 {
 		return o, usagef("verify takes no arguments (got %q)", c.Args().First())
 	}
@@ -120,6 +135,9 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if o.clearDamaged >= 0 {
+		return clearDamaged(ctx, st, loc, o.clearDamaged, stdout)
+	}
 	steps, err := stepsToVerify(ctx, st, loc, o)
 	if err != nil {
 		return err
@@ -130,19 +148,58 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", loc, err)
 	}
+	var marks []damageMark
+	if o.markDamaged {
+		marks = markDamaged(ctx, st, loc, reps)
+	}
 	if o.json {
-		if err := printJSON(stdout, verifyJSON{Steps: reps, Requests: counters.Snapshot()}); err != nil {
+		if err := printJSON(stdout, verifyJSON{Checked: checked(o.share), Steps: reps, Marked: marks, Requests: counters.Snapshot()}); err != nil {
 			return err
 		}
 	} else {
 		printVerify(stdout, reps)
+		fmt.Fprintf(stdout, "checked: %s\n", checkedLine(o.share))
+		for _, m := range marks {
+			fmt.Fprintf(stdout, "step %d: %s\n", m.Step, m.Record)
+		}
 	}
 	return verifyOutcome(loc, reps)
 }
 
+// checked names what verify checked, for --json: "sizes", "bytes", or
+// "bytes of 10% of each step".
+func checked(share float64) string {
+	switch {
+	case share <= 0:
+		return "sizes"
+	case share >= 1:
+		return "bytes"
+	}
+	return fmt.Sprintf("bytes of %g%% of each step", share*100)
+}
+
+// checkedLine says in full what verify checked, and what it did not.
+func checkedLine(share float64) string {
+	const base = "manifests, and every object present with its size"
+	switch {
+	case share <= 0:
+		return base + "; no bytes were read, so a changed byte goes unseen (--read-data reads and hashes every byte)"
+	case share >= 1:
+		return base + ", and every byte against the manifest's BLAKE3"
+	}
+	return base + fmt.Sprintf(", and the bytes of a random choice of files holding about %g%% of each step against their BLAKE3; "+
+		"the other files' bytes were not read", share*100)
+}
+
 // verifyJSON is verify's --json output.
 type verifyJSON struct {
-	Steps []verify.StepReport `json:"steps"`
+	// Checked is what was checked: "sizes", "bytes", or "bytes of P% of
+	// each step".
+	Checked string              `json:"checked"`
+	Steps   []verify.StepReport `json:"steps"`
+	// Marked, with --mark-damaged, says what became of each damaged
+	// step's record.
+	Marked []damageMark `json:"marked,omitempty"`
 	// Requests counts the S3 requests made, by operation, retries included.
 	Requests map[string]int64 `json:"requests"`
 }

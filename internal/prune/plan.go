@@ -73,9 +73,20 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 	if err != nil {
 		return nil, fmt.Errorf("prune: %w", err)
 	}
+	// A step recorded damaged (restore, verify --mark-damaged) is not
+	// restorable: it does not count towards KeepLast, so the newest
+	// restorable steps are never pruned to keep damaged ones.
+	damaged, err := remote.DamagedSteps(ctx, st, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("prune: %w", err)
+	}
 	committed := make(map[int64]bool, len(steps))
-	for i, s := range steps {
-		kept := pl.opts.Policy.Keeps(s, i)
+	restorable := 0 // restorable steps newer than s
+	for _, s := range steps {
+		kept := pl.opts.Policy.Keeps(s, restorable)
+		if _, bad := damaged[s]; !bad {
+			restorable++
+		}
 		committed[s] = kept
 		if kept {
 			p.Kept = append(p.Kept, s)

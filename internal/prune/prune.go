@@ -46,14 +46,17 @@ const (
 
 // Policy says which committed steps to keep.
 type Policy struct {
-	// KeepLast keeps the newest KeepLast committed steps (at least 1).
+	// KeepLast keeps the newest KeepLast restorable committed steps (at
+	// least 1), and the steps recorded damaged among them: a damaged step
+	// does not count, so the newest restorable one is always kept.
 	KeepLast int
 	// KeepEvery, when positive, also keeps every step divisible by it.
 	KeepEvery int64
 }
 
-// Keeps reports whether the policy keeps step, the index-th newest
-// committed step (0 is the newest).
+// Keeps reports whether the policy keeps step, with index restorable
+// committed steps newer than it (0: none; steps recorded damaged are not
+// counted).
 func (p Policy) Keeps(step int64, index int) bool {
 	return index < p.KeepLast || (p.KeepEvery > 0 && step%p.KeepEvery == 0)
 }

@@ -372,3 +372,25 @@ func TestPruneShardedManifests(t *testing.T) {
 		t.Fatal("nothing deleted after the grace period")
 	}
 }
+
+// TestPruneKeepsNewestRestorable: with the newest two steps recorded
+// damaged, prune --keep-last 1 keeps them and step 30, the newest
+// restorable one (before, it kept step 50 alone and deleted 30's objects).
+func TestPruneKeepsNewestRestorable(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemStore()
+	history(t, mem)
+	for _, s := range []int64{50, 40} {
+		if _, err := remote.RecordDamage(ctx, mem, prefix, remote.Damage{Step: s, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := Prune(ctx, Options{Store: mem, Prefix: prefix, Policy: Policy{KeepLast: 1}, MinAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Kept, []int64{50, 40, 30}) || !slices.Equal(steps(t, mem), []int64{50, 40, 30}) {
+		t.Errorf("kept %v, bucket holds %v; want 50, 40 (damaged) and 30", p.Kept, steps(t, mem))
+	}
+	verifyRestores(t, mem, 30)
+}

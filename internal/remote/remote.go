@@ -102,12 +102,31 @@ func getHeader(ctx context.Context, st store.Store, prefix string, step int64) (
 	}
 	m, err := manifest.DecodeBytes(data, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", key, err)
+		return nil, invalid(fmt.Errorf("manifest %s: %w", key, err))
 	}
 	if m.Step != step {
-		return nil, fmt.Errorf("manifest %s: field step is %d, but its key says %d", key, m.Step, step)
+		return nil, invalid(fmt.Errorf("manifest %s: field step is %d, but its key says %d", key, m.Step, step))
 	}
 	return m, nil
+}
+
+// ErrInvalidManifest is wrapped by the errors of Get and GetFiltered when
+// what the bucket holds for a committed step is not a valid manifest (or
+// shard): the step is not restorable as recorded, and reading it again
+// will not change that.
+var ErrInvalidManifest = errors.New("manifest does not validate")
+
+// invalidError marks err as ErrInvalidManifest without changing its text.
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string   { return e.err.Error() }
+func (e invalidError) Unwrap() []error { return []error{e.err, ErrInvalidManifest} }
+
+func invalid(err error) error {
+	if errors.Is(err, manifest.ErrNewerFormat) {
+		return err // written by a newer ferry: not damaged
+	}
+	return invalidError{err}
 }
 
 // Steps lists committed steps, newest first. limit > 0 stops after that many.

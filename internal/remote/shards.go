@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -67,7 +68,7 @@ func Resolve(ctx context.Context, st store.Store, prefix string, m *manifest.Man
 	}
 	sort.Slice(out.Files, func(a, b int) bool { return out.Files[a].Path < out.Files[b].Path })
 	if err := manifest.Validate(&out, prefix); err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	return &out, nil
 }
@@ -75,8 +76,15 @@ func Resolve(ctx context.Context, st store.Store, prefix string, m *manifest.Man
 // readShard reads and checks shard i of a manifest.
 func readShard(ctx context.Context, st store.Store, step int64, i int, sh manifest.Shard) ([]manifest.File, error) {
 	data, err := ReadObject(ctx, st, sh.Key)
+	if errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket) {
+		return nil, invalid(fmt.Errorf("read manifest shard %s: %w", sh.Key, err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read manifest shard %s: %w", sh.Key, err)
 	}
-	return manifest.DecodeShard(data, step, i, sh)
+	files, err := manifest.DecodeShard(data, step, i, sh)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	return files, nil
 }

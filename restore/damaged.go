@@ -1,0 +1,159 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/manifest"
+)
+
+// ErrDamaged is wrapped by the error of a restore that found its step not
+// restorable as recorded: an object missing, bytes that still do not
+// match the manifest's BLAKE3 after a second download, an object shorter
+// or longer than recorded, a manifest (or shard) that does not validate,
+// or a step recorded damaged in the bucket. Downloading again will not
+// help; an older step may (Options.Fallback).
+var ErrDamaged = errors.New("step is damaged")
+
+// DamagedError says which step is damaged and where.
+type DamagedError struct {
+	Step int64
+	// Path is the damaged file's manifest path and Key its object; for a
+	// manifest that does not validate Path is empty and Key the manifest's.
+	Path, Key string
+	// Recorded is set when the step was skipped for its record in the
+	// bucket, without reading it.
+	Recorded bool
+	Err      error
+}
+
+func (e *DamagedError) Error() string   { return e.Err.Error() }
+func (e *DamagedError) Unwrap() []error { return []error{e.Err, ErrDamaged} }
+
+// Skipped is a damaged step a restore did not restore.
+type Skipped struct {
+	Step int64 `json:"step"`
+	// Path is the damaged file (empty: the manifest), Key its object.
+	Path string `json:"path,omitempty"`
+	Key  string `json:"key,omitempty"`
+	// Reason is what was wrong.
+	Reason string `json:"reason"`
+	// Record says what became of the bucket's record of the damage:
+	// "recorded" (by this restore), "recorded before" (by an earlier
+	// restore or verify, so the step was not read), "already recorded"
+	// (another node wrote it first), or "not recorded: ..." with why
+	// (read-only credentials, say).
+	Record string `json:"record"`
+}
+
+// isDamage reports whether a file's restore failed for what the bucket
+// holds rather than for the network or the local disk.
+func isDamage(err error) bool {
+	var werr *writeError
+	switch {
+	case errors.As(err, &werr):
+		return false
+	case errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket):
+		return true
+	}
+	return errors.Is(err, ErrHashMismatch) || errors.Is(err, errTooLong) || errors.Is(err, errShort)
+}
+
+// asDamage wraps a file's error in a DamagedError when it is damage.
+func asDamage(job *fileJob, err error) error {
+	if err == nil || !isDamage(err) {
+		return err
+	}
+	return &DamagedError{Path: job.file.Path, Key: job.file.Key, Err: err}
+}
+
+// manifestDamage wraps find's error in a DamagedError when the manifest
+// does not validate.
+func manifestDamage(prefix string, step int64, err error) error {
+	if !errors.Is(err, remote.ErrInvalidManifest) {
+		return err
+	}
+	return &DamagedError{Step: step, Key: manifest.ManifestKey(prefix, step), Err: err}
+}
+
+// recordDamage writes the bucket's record of de (create-only) unless
+// Options.NoRecord, and describes the step skipped.
+func recordDamage(ctx context.Context, opts Options, de *DamagedError) Skipped {
+	s := Skipped{Step: de.Step, Path: de.Path, Key: de.Key, Reason: de.Err.Error()}
+	if opts.NoRecord {
+		s.Record = "not recorded: recording is off"
+		return s
+	}
+	d := remote.Damage{Step: de.Step, Path: de.Path, Key: de.Key, Reason: s.Reason, By: opts.RecordBy, At: time.Now().UTC()}
+	created, err := remote.RecordDamage(ctx, opts.Store, opts.Prefix, d)
+	switch {
+	case err != nil:
+		s.Record = "not recorded: " + err.Error()
+		opts.Logger.Warn("could not record the damaged step in the bucket; other nodes will find the damage themselves",
+			zap.Int64("step", de.Step), zap.Error(err))
+	case created:
+		s.Record = "recorded"
+	default:
+		s.Record = "already recorded"
+	}
+	return s
+}
+
+// restoreLatest restores the latest committed step; with Options.Fallback
+// it goes on, newest first, past damaged steps (recorded in the bucket, or
+// found damaged and then recorded) to the newest restorable one. Each step
+// after the latest costs one LIST of one key.
+func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, error) {
+	step, err := remote.LatestStep(ctx, opts.Store, opts.Prefix)
+	if err != nil {
+		return Result{}, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
+	}
+	damaged, err := remote.DamagedSteps(ctx, opts.Store, opts.Prefix)
+	if err != nil {
+		opts.Logger.Warn("could not read the bucket's records of damaged steps; restoring as if there were none", zap.Error(err))
+	}
+	var skipped []Skipped
+	for {
+		res, err := restoreUnlessRecorded(ctx, opts, step, damaged, growBudget)
+		var de *DamagedError
+		if !errors.As(err, &de) {
+			res.Skipped = skipped
+			return res, err
+		}
+		s := Skipped{Step: de.Step, Path: de.Path, Key: de.Key, Reason: de.Err.Error(), Record: "recorded before"}
+		if !de.Recorded {
+			s = recordDamage(ctx, opts, de)
+		}
+		skipped = append(skipped, s)
+		opts.Logger.Warn("step is damaged: skipping it", zap.Int64("step", s.Step), zap.String("path", s.Path),
+			zap.String("key", s.Key), zap.String("reason", s.Reason), zap.String("record", s.Record), zap.Bool("fallback", opts.Fallback))
+		if !opts.Fallback {
+			res.Skipped = skipped
+			return res, err
+		}
+		step, err = remote.StepAtOrBefore(ctx, opts.Store, opts.Prefix, step-1)
+		if step < 0 || errors.Is(err, remote.ErrNoCheckpoint) {
+			return Result{Step: -1, Skipped: skipped}, fmt.Errorf("restore under %q: no committed step is restorable (%d skipped): %w", opts.Prefix, len(skipped), ErrDamaged)
+		}
+		if err != nil {
+			return Result{Step: -1, Skipped: skipped}, fmt.Errorf("restore under %q: find the step before %d: %w", opts.Prefix, s.Step, err)
+		}
+	}
+}
+
+// restoreUnlessRecorded restores step, or fails with a DamagedError
+// without reading it when the bucket records it damaged.
+func restoreUnlessRecorded(ctx context.Context, opts Options, step int64, damaged map[int64]remote.Damage, growBudget bool) (Result, error) {
+	if d, ok := damaged[step]; ok {
+		err := fmt.Errorf("step %d is recorded damaged in the bucket (%s): %s", step, manifest.DamagedKey(opts.Prefix, step), d.Reason)
+		return Result{Step: step}, &DamagedError{Step: step, Path: d.Path, Key: d.Key, Recorded: true, Err: err}
+	}
+	opts.Step = step
+	return restoreStep(ctx, opts, growBudget)
+}
