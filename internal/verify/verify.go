@@ -130,7 +130,14 @@ func verifyStep(ctx context.Context, opts Options, step int64) (StepReport, erro
 		if errors.Is(err, remote.ErrNoCheckpoint) {
 			return rep, fmt.Errorf("step %d: %w", step, err)
 		}
-		rep.Problems = append(rep.Problems, Problem{Step: step, Kind: Manifest, Detail: err.Error()})
+		// Only a manifest that does not validate is the bucket's fault; one
+		// that could not be read (the network, a throttle) says nothing
+		// about the step, and verify --mark-damaged must not record it.
+		kind := Unreadable
+		if errors.Is(err, remote.ErrInvalidManifest) {
+			kind = Manifest
+		}
+		rep.Problems = append(rep.Problems, Problem{Step: step, Kind: kind, Detail: err.Error()})
 		return rep, nil
 	}
 	rep.Files = len(m.Files)
