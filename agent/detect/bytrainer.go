@@ -53,7 +53,7 @@ func (w *Watcher) Declare(n int64, paths []string) error {
 		}
 		rel = append(rel, r)
 	}
-	sort.Strings(rel)
+	rel = foldPaths(rel)
 	w.trainer.mu.Lock()
 	w.trainer.steps[n] = rel
 	w.trainer.fresh[n] = true
@@ -72,6 +72,59 @@ func (w *Watcher) Debounce() time.Duration { return w.opts.Debounce }
 // (complete or not). Safe to call while Run runs.
 func (w *Watcher) HasStep(n int64) bool {
 	m := w.numbers.Load()
+	return m != nil && (*m)[n]
+}
+
+// NewestOnDisk returns the newest step number the layout found on disk at
+// the last evaluation, whatever was declared (-1: none). Safe to call
+// while Run runs.
+func (w *Watcher) NewestOnDisk() int64 { return w.onDisk.Load() }
+
+// noteNewestOnDisk records the newest step of the layout's candidates.
+func (w *Watcher) noteNewestOnDisk(cands []Candidate) {
+	newest := int64(-1)
+	numbers := make(map[int64]bool, len(cands))
+	for i := range cands {
+		newest = max(newest, cands[i].Step.Number)
+		numbers[cands[i].Step.Number] = true
+	}
+	w.onDisk.Store(newest)
+	w.layoutNumbers.Store(&numbers)
+}
+
+// foldPaths returns the paths named, sorted, each once: a path named again,
+// or below a folder also named, is the same files and is dropped (a
+// declaration naming a file ten times must upload it once, and a manifest
+// never holds a path twice). A folder sorts before every path below it, so
+// one pass sees each folder before what it holds.
+func foldPaths(rel []string) []string {
+	sort.Strings(rel)
+	named := make(map[string]bool, len(rel))
+	out := rel[:0]
+	for _, p := range rel {
+		if named[p] || underNamed(p, named) {
+			continue
+		}
+		named[p] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// underNamed reports whether a folder above p is in named.
+func underNamed(p string, named map[string]bool) bool {
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		if named[p[:i]] {
+			return true
+		}
+	}
+	return false
+}
+
+// HasLayoutStep reports whether the layout found step n on disk at the
+// last evaluation, declarations left out. Safe to call while Run runs.
+func (w *Watcher) HasLayoutStep(n int64) bool {
+	m := w.layoutNumbers.Load()
 	return m != nil && (*m)[n]
 }
 
