@@ -3,14 +3,14 @@ package detect
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // The trainer's own word. `ferry commit --step N` (or the control socket's
@@ -136,6 +136,12 @@ func (w *Watcher) Undeclare(n int64) {
 }
 
 // relToRoot maps a path the trainer named to a slash path below the root.
+// The path is looked up as every path below the root is (internal/confine:
+// from the root's open descriptor, no link followed on the way), with the
+// agent's rights, which may exceed the caller's: so a missing path, one
+// through a link (r -> / planted in the watch dir), and one the agent
+// cannot look at all get the same answer, and a caller learns nothing of
+// what exists outside the watch dir.
 func (w *Watcher) relToRoot(p string) (string, error) {
 	abs := p
 	if !filepath.IsAbs(p) {
@@ -145,19 +151,27 @@ func (w *Watcher) relToRoot(p string) (string, error) {
 	if err != nil || r == "." || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
 		return "", fmt.Errorf("%s is not below the watched directory %s", p, w.tree.root)
 	}
-	if _, err := lstatNoFollow(filepath.Join(w.tree.root, r)); err != nil {
-		return "", fmt.Errorf("%s: %w", p, err)
+	r = filepath.ToSlash(r)
+	if !w.existsBeneath(r) {
+		return "", fmt.Errorf("%s: %w", p, ErrNoSuchPath)
 	}
-	return filepath.ToSlash(r), nil
+	return r, nil
 }
 
-// lstatNoFollow is os.Lstat, mapping absence to a message a user reads.
-func lstatNoFollow(abs string) (fs.FileInfo, error) {
-	fi, err := os.Lstat(abs)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errors.New("no such file or folder")
+// ErrNoSuchPath is Declare's error for a path that is not a file or
+// folder beneath the watched directory reached without a link.
+var ErrNoSuchPath = errors.New("no such file or folder below the watched directory (links on the way are not followed)")
+
+// existsBeneath reports whether rel names something beneath the root,
+// reached without following a link.
+func (w *Watcher) existsBeneath(rel string) bool {
+	d, err := confine.Open(w.tree.root)
+	if err != nil {
+		return false
 	}
-	return fi, err
+	defer d.Close()
+	_, err = d.Lstat(rel)
+	return err == nil
 }
 
 // declaredByTrainer applies the trainer's declarations to the layout's
