@@ -148,6 +148,8 @@ type Agent struct {
 	// byTrainer holds the steps the trainer declared complete (Commit)
 	// until they are durable.
 	byTrainer map[int64]*trainerCommit
+	// commitWaits counts Commit calls in progress (MaxWaitingCommits).
+	commitWaits atomic.Int32
 
 	wake     chan struct{}
 	draining atomic.Bool

@@ -48,6 +48,14 @@ func (a *Agent) Commit(ctx context.Context, n int64, paths []string, wait bool) 
 	case <-ctx.Done():
 		return fmt.Errorf("commit step %d: %w", n, ctx.Err())
 	}
+	if a.commitWaits.Add(1) > MaxWaitingCommits {
+		a.commitWaits.Add(-1)
+		return fmt.Errorf("commit step %d: %d commits are waiting already: retry later", n, MaxWaitingCommits)
+	}
+	defer a.commitWaits.Add(-1)
+	if err := a.checkDeclaration(n, paths); err != nil {
+		return fmt.Errorf("commit step %d: %w", n, err)
+	}
 	a.mu.Lock()
 	tc := a.byTrainer[n]
 	if tc == nil {
@@ -59,7 +67,7 @@ func (a *Agent) Commit(ctx context.Context, n int64, paths []string, wait bool) 
 		a.forget(n)
 		return fmt.Errorf("commit step %d: %w", n, err)
 	}
-	a.log.Info("the trainer declared a step complete", zap.Int64("step", n), zap.Strings("paths", paths), zap.Bool("wait", wait))
+	a.log.Info("the trainer declared a step complete", zap.Int64("step", n), zap.Int("paths", len(paths)), zap.Bool("wait", wait))
 	if !wait {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/confine"
 	"github.com/ferrylabs/ferry/manifest"
 	"github.com/ferrylabs/ferry/uploader"
@@ -42,14 +43,24 @@ func (a *Agent) keepLocal(ctx context.Context) {
 		return
 	}
 	defer root.Close()
-	for _, e := range live[:len(live)-a.opts.KeepLocal] {
+	old := live[:len(live)-a.opts.KeepLocal]
+	var drop []committedEntry
+	for _, e := range old {
 		if e.Pending && !a.stepCommitted(ctx, e.Step) {
 			// Only this node's share is durable; the step is not
 			// restorable until every node's is. Keep its files.
 			continue
 		}
-		removed := 0
+		drop = append(drop, e)
+	}
+	inUse := a.referencedFiles(live[len(live)-a.opts.KeepLocal:], old, drop)
+	for _, e := range drop {
+		removed, kept := 0, 0
 		for _, f := range e.Files {
+			if inUse[f.Path] {
+				kept++ // a kept step (or one in the agent's hands) has it too
+				continue
+			}
 			ok, err := root.RemoveIf(f.Path, func(st confine.Stat) bool { return committedFile(f, st) })
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				a.log.Warn("keep-local: could not delete", zap.String("file", f.Path), zap.Error(err))
@@ -64,8 +75,46 @@ func (a *Agent) keepLocal(ctx context.Context) {
 		if err := a.journal.markRemoved(e.Step); err != nil {
 			a.log.Warn("keep-local: could not update the journal", zap.Error(err))
 		}
-		a.log.Info("keep-local: deleted local files of a committed step", zap.Int64("step", e.Step), zap.Int("files", removed))
+		a.log.Info("keep-local: deleted local files of a committed step", zap.Int64("step", e.Step), zap.Int("files", removed),
+			zap.Int("kept_in_use", kept))
 	}
+}
+
+// referencedFiles is every path a step that stays references: the kept
+// newest steps, old ones not dropped (only this node's share durable), and
+// the steps the agent is uploading. A file named by one of them is not
+// deleted though an older step also names it: a step declared with
+// another's file (`ferry commit` naming step-300/.metadata for step 400)
+// must stay restorable from disk as much as from the bucket.
+func (a *Agent) referencedFiles(kept, old, drop []committedEntry) map[string]bool {
+	in := map[string]bool{}
+	add := func(e committedEntry) {
+		for _, f := range e.Files {
+			in[f.Path] = true
+		}
+	}
+	for _, e := range kept {
+		add(e)
+	}
+	dropped := make(map[int64]bool, len(drop))
+	for _, e := range drop {
+		dropped[e.Step] = true
+	}
+	for _, e := range old {
+		if !dropped[e.Step] {
+			add(e)
+		}
+	}
+	a.mu.Lock()
+	for _, e := range a.steps {
+		if e.status.State != control.StateCommitted {
+			for _, f := range e.step.Files {
+				in[f.RelPath] = true
+			}
+		}
+	}
+	a.mu.Unlock()
+	return in
 }
 
 // committedFile reports whether st is the file f the journal recorded as

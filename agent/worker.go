@@ -221,6 +221,10 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 		a.failForGoodLocked(e, "commit", err, "step is committed in the bucket with different content; not overwriting it")
 	case errors.Is(err, manifest.ErrNotAsRecorded):
 		a.failForGoodLocked(e, "commit", err, "step's files disagree with what its framework recorded (a torn or missing file); not committing it: the trainer's next complete save is committed as usual")
+	case errors.Is(err, remote.ErrRefusedManifest):
+		// The same files make the same manifest: uploading them again
+		// would be refused again, for ever.
+		a.failForGoodLocked(e, "commit", err, "the step's manifest is invalid; not uploading the step again until it changes on disk")
 	case errors.Is(err, uploader.ErrEmptyStep):
 		a.failForGoodLocked(e, "upload", err, "step has no files; not committing it (--allow-empty commits empty steps)")
 	case err != nil:
@@ -252,6 +256,7 @@ func (a *Agent) failForGoodLocked(e *entry, stage string, err error, msg string)
 	a.lastErr = err.Error()
 	a.opts.Metrics.Error(stage)
 	a.log.Error(msg, zap.Int64("step", e.status.Step), zap.Error(err))
+	a.resolveLocked(e.status.Step, err) // a trainer waiting hears it now
 }
 
 // pruneRemote applies --keep-remote to the bucket. A failure is logged

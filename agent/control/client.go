@@ -148,6 +148,10 @@ func (cl *Client) do(ctx context.Context, method, url string, v any) error {
 		return fmt.Errorf("%s: ferry agent at %s: %w", op, cl.path, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusForbidden {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %w: %s", op, ErrRefused, strings.TrimSpace(string(msg)))
+	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("%s: ferry agent at %s answered %s: %s", op, cl.path, resp.Status, strings.TrimSpace(string(msg)))

@@ -47,6 +47,8 @@ type Server struct {
 	owned os.FileInfo // the socket file we created, to remove only ours
 	log   *zap.Logger
 	once  sync.Once
+	// authorize decides who is answered (peer.go); nil: OwnerOnly.
+	authorize Authorizer
 }
 
 // Listen binds the control socket at path: its directory is made
@@ -144,7 +146,8 @@ func (s *Server) Serve(ctx context.Context, c Controller) error {
 	mux.HandleFunc("/flush", h.flush)
 	mux.HandleFunc("/commit", h.commit)
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           s.guard(mux),
+		ConnContext:       connPeer,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Request contexts derive from ctx: a flush in progress ends when
 		// the agent stops instead of holding up the shutdown.

@@ -3,14 +3,14 @@ package detect
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // The trainer's own word. `ferry commit --step N` (or the control socket's
@@ -53,7 +53,7 @@ func (w *Watcher) Declare(n int64, paths []string) error {
 		}
 		rel = append(rel, r)
 	}
-	sort.Strings(rel)
+	rel = foldPaths(rel)
 	w.trainer.mu.Lock()
 	w.trainer.steps[n] = rel
 	w.trainer.fresh[n] = true
@@ -75,6 +75,59 @@ func (w *Watcher) HasStep(n int64) bool {
 	return m != nil && (*m)[n]
 }
 
+// NewestOnDisk returns the newest step number the layout found on disk at
+// the last evaluation, whatever was declared (-1: none). Safe to call
+// while Run runs.
+func (w *Watcher) NewestOnDisk() int64 { return w.onDisk.Load() }
+
+// noteNewestOnDisk records the newest step of the layout's candidates.
+func (w *Watcher) noteNewestOnDisk(cands []Candidate) {
+	newest := int64(-1)
+	numbers := make(map[int64]bool, len(cands))
+	for i := range cands {
+		newest = max(newest, cands[i].Step.Number)
+		numbers[cands[i].Step.Number] = true
+	}
+	w.onDisk.Store(newest)
+	w.layoutNumbers.Store(&numbers)
+}
+
+// foldPaths returns the paths named, sorted, each once: a path named again,
+// or below a folder also named, is the same files and is dropped (a
+// declaration naming a file ten times must upload it once, and a manifest
+// never holds a path twice). A folder sorts before every path below it, so
+// one pass sees each folder before what it holds.
+func foldPaths(rel []string) []string {
+	sort.Strings(rel)
+	named := make(map[string]bool, len(rel))
+	out := rel[:0]
+	for _, p := range rel {
+		if named[p] || underNamed(p, named) {
+			continue
+		}
+		named[p] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// underNamed reports whether a folder above p is in named.
+func underNamed(p string, named map[string]bool) bool {
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		if named[p[:i]] {
+			return true
+		}
+	}
+	return false
+}
+
+// HasLayoutStep reports whether the layout found step n on disk at the
+// last evaluation, declarations left out. Safe to call while Run runs.
+func (w *Watcher) HasLayoutStep(n int64) bool {
+	m := w.layoutNumbers.Load()
+	return m != nil && (*m)[n]
+}
+
 // Undeclare forgets what Declare said of step n.
 func (w *Watcher) Undeclare(n int64) {
 	w.trainer.mu.Lock()
@@ -83,6 +136,12 @@ func (w *Watcher) Undeclare(n int64) {
 }
 
 // relToRoot maps a path the trainer named to a slash path below the root.
+// The path is looked up as every path below the root is (internal/confine:
+// from the root's open descriptor, no link followed on the way), with the
+// agent's rights, which may exceed the caller's: so a missing path, one
+// through a link (r -> / planted in the watch dir), and one the agent
+// cannot look at all get the same answer, and a caller learns nothing of
+// what exists outside the watch dir.
 func (w *Watcher) relToRoot(p string) (string, error) {
 	abs := p
 	if !filepath.IsAbs(p) {
@@ -92,19 +151,27 @@ func (w *Watcher) relToRoot(p string) (string, error) {
 	if err != nil || r == "." || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
 		return "", fmt.Errorf("%s is not below the watched directory %s", p, w.tree.root)
 	}
-	if _, err := lstatNoFollow(filepath.Join(w.tree.root, r)); err != nil {
-		return "", fmt.Errorf("%s: %w", p, err)
+	r = filepath.ToSlash(r)
+	if !w.existsBeneath(r) {
+		return "", fmt.Errorf("%s: %w", p, ErrNoSuchPath)
 	}
-	return filepath.ToSlash(r), nil
+	return r, nil
 }
 
-// lstatNoFollow is os.Lstat, mapping absence to a message a user reads.
-func lstatNoFollow(abs string) (fs.FileInfo, error) {
-	fi, err := os.Lstat(abs)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errors.New("no such file or folder")
+// ErrNoSuchPath is Declare's error for a path that is not a file or
+// folder beneath the watched directory reached without a link.
+var ErrNoSuchPath = errors.New("no such file or folder below the watched directory (links on the way are not followed)")
+
+// existsBeneath reports whether rel names something beneath the root,
+// reached without following a link.
+func (w *Watcher) existsBeneath(rel string) bool {
+	d, err := confine.Open(w.tree.root)
+	if err != nil {
+		return false
 	}
-	return fi, err
+	defer d.Close()
+	_, err = d.Lstat(rel)
+	return err == nil
 }
 
 // declaredByTrainer applies the trainer's declarations to the layout's

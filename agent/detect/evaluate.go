@@ -115,7 +115,9 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 	var ready []Candidate
 	var pending []Pending
 	defer func() { w.pending.Store(&pending) }()
-	cands := w.declaredByTrainer(e.candidates())
+	layoutCands := e.candidates()
+	w.noteNewestOnDisk(layoutCands)
+	cands := w.declaredByTrainer(layoutCands)
 	numbers := make(map[int64]bool, len(cands))
 	for i := range cands {
 		numbers[cands[i].Step.Number] = true

@@ -36,6 +36,10 @@ type Watcher struct {
 	trainer *byTrainer
 	// numbers are the step numbers the last evaluation found.
 	numbers atomic.Pointer[map[int64]bool]
+	// onDisk is the newest step number the layout found at the last
+	// evaluation, declarations left out (-1: none; 0 before the first).
+	onDisk        atomic.Int64
+	layoutNumbers atomic.Pointer[map[int64]bool]
 	// ready closes once Run's first look at the directory is done.
 	ready     chan struct{}
 	readyOnce sync.Once

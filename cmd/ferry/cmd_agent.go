@@ -232,6 +232,9 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 		return err
 	}
 	defer ctl.Close()
+	// The socket may be open to a group (--control-group); of its
+	// members, only those who may read the watch dir are answered.
+	ctl.SetAuthorizer(control.WatchReaders(o.watch))
 	if err := proveConditionalWrites(ctx, st, o.remote, loc, base, o.unsafeCond, o.node.nodes, log); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: nothing to drain

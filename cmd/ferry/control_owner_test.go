@@ -132,6 +132,7 @@ func TestControlGroup(t *testing.T) {
 		if got := ferry(t, nil, "list", "--from", dest).must(t, 0).stdout; !strings.Contains(got, "7") {
 			t.Errorf("step 7 not committed after ferry commit by the group:\n%s", got)
 		}
+		groupMemberWhoCannotRead(t, bin, watch, base, dest)
 		r = runAs(t, bin, 65533, "status", "--state-dir", base).must(t, 1)
 		if !strings.Contains(r.stderr, control.NotOwnerFix) {
 			t.Errorf("status outside the group: %q", r.stderr)
@@ -164,6 +165,32 @@ func TestControlGroup(t *testing.T) {
 		" is refused (permission denied): not the file's owner and no CAP_LEASE") ||
 		!strings.Contains(r.stdout, "AmbientCapabilities=CAP_LEASE") {
 		t.Errorf("doctor as a user without CAP_LEASE on root's files:\n%s", r.stdout)
+	}
+}
+
+// groupMemberWhoCannotRead: a member of the control group who may not
+// read the watch dir (0700, root's) learns nothing from status and cannot
+// declare a step (issue 47: such a user declared step 999999999999 and
+// --keep-remote pruned the real steps). Each is refused in one line.
+func groupMemberWhoCannotRead(t *testing.T, bin, watch, base, dest string) {
+	t.Helper()
+	if err := os.Chmod(watch, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(watch, 0o755)
+	for _, args := range [][]string{
+		{"status", "--state-dir", base},
+		{"flush", "--state-dir", base, "--timeout", "10s"},
+		{"commit", "--step", "999999999999", "--state-dir", base, "--timeout", "10s", "run-a/model.bin"},
+	} {
+		r := runAs(t, bin, 65534, args...).must(t, 1)
+		if strings.Contains(r.stdout+r.stderr, watch) || !strings.Contains(r.stderr, "the agent refuses to answer this user") ||
+			strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("ferry %s by a group member who cannot read the watch dir:\nstdout %q\nstderr %q", args[0], r.stdout, r.stderr)
+		}
+	}
+	if got := ferry(t, nil, "list", "--from", dest).must(t, 0).stdout; strings.Contains(got, "999999999999") {
+		t.Errorf("the refused declaration was committed:\n%s", got)
 	}
 }
 

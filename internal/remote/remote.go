@@ -17,6 +17,12 @@ var ErrNoCheckpoint = errors.New("no committed checkpoint found")
 // different content.
 var ErrConflict = errors.New("step already committed with different content")
 
+// ErrRefusedManifest is returned (wrapped) when ferry refuses to write a
+// manifest it built because the validator refuses it: the same files give
+// the same manifest again, so retrying cannot help. (ErrInvalidManifest is
+// the reading side: what the bucket holds does not validate.)
+var ErrRefusedManifest = errors.New("refusing invalid manifest")
+
 // Commit writes m as the committed manifest of its step with a create-only
 // conditional PUT. If the step is already committed with the same content
 // (same files, sizes and hashes, same symlinks) it returns the existing
@@ -26,7 +32,7 @@ var ErrConflict = errors.New("step already committed with different content")
 func Commit(ctx context.Context, st store.Store, prefix string, m *manifest.Manifest) (existing *manifest.Manifest, committed bool, err error) {
 	m.Format = manifest.FormatFor(m.Format, m.Files)
 	if err := manifest.Validate(m, prefix); err != nil {
-		return nil, false, fmt.Errorf("commit step %d: refusing invalid manifest: %w", m.Step, err)
+		return nil, false, fmt.Errorf("commit step %d: %w: %w", m.Step, ErrRefusedManifest, err)
 	}
 	data, full, err := prepareManifest(ctx, st, prefix, m)
 	if err != nil {

@@ -65,7 +65,7 @@ func replace(ctx context.Context, st store.Store, prefix, etag string, m *manife
 	m.Format, m.Shards = manifest.FormatFor(manifest.FormatVersion, m.Files), nil
 	m.Created = time.Now().UTC().Truncate(time.Millisecond)
 	if err := manifest.Validate(m, prefix); err != nil {
-		return nil, fmt.Errorf("refusing invalid manifest: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrRefusedManifest, err)
 	}
 	data, full, err := prepareManifest(ctx, st, prefix, m)
 	if err != nil {
