@@ -139,6 +139,9 @@ type Agent struct {
 	lastErr   string
 	// remote holds the steps committed in the bucket when the agent started.
 	remote map[int64]bool
+	// follows holds the node-done steps whose commit by another node this
+	// agent looks for (follow.go).
+	follows map[int64]*followState
 	// counter is the number the next counted step (detect.Step.Counted)
 	// gets: above every step committed here or in the bucket, so a new
 	// file never takes a committed step's number. counted maps the

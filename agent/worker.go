@@ -21,6 +21,7 @@ import (
 func (a *Agent) work(ctx context.Context) {
 	for ctx.Err() == nil {
 		a.cleanupAbandoned(ctx)
+		follow := a.followCommits(ctx)
 		e, wait := a.next()
 		if e != nil {
 			a.upload(ctx, e)
@@ -28,6 +29,9 @@ func (a *Agent) work(ctx context.Context) {
 		}
 		if a.draining.Load() && len(a.unfinished()) == 0 {
 			return
+		}
+		if follow >= 0 && (wait < 0 || follow < wait) {
+			wait = follow
 		}
 		var timer *time.Timer
 		var due <-chan time.Time
@@ -312,9 +316,13 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		a.log.Error("could not record the committed step in the journal", zap.Int64("step", n), zap.Error(err))
 	}
 	ttd := now.Sub(e.lastWrite())
-	a.opts.Metrics.Committed(n, ttd)
-	if a.pipe != nil && !res.Pending {
-		a.pipe.supersededBy(n)
+	if !res.Pending {
+		// A node-done step is durable when the whole step is: the metrics
+		// learn it with the commit (follow.go), not with this node's part.
+		a.opts.Metrics.Committed(n, ttd)
+		if a.pipe != nil {
+			a.pipe.supersededBy(n)
+		}
 	}
 	a.mu.Lock()
 	a.resolveLocked(n, nil) // node-done: this node's declared part is durable

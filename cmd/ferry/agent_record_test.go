@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/manifest"
@@ -66,8 +68,9 @@ func TestAgentTwoNodesDCPRecord(t *testing.T) {
 			_ = os.Chtimes(shard, fi.ModTime(), fi.ModTime())
 		}
 		agents := make([]*agentProcess, 2)
+		state := []string{t.TempDir(), t.TempDir()}
 		for k := range 2 {
-			args := []string{"--watch", watch[k], "--to", "s3://" + bucket + "/run", "--state-dir", t.TempDir(), "--layout", "dcp",
+			args := []string{"--watch", watch[k], "--to", "s3://" + bucket + "/run", "--state-dir", state[k], "--layout", "dcp",
 				"--settle", "300ms", "--metrics-addr", "off", "--nodes", "2", "--node-rank", []string{"0", "1"}[k]}
 			if k == 1 {
 				args = append(args, "--no-marker", "--expected-ranks", "1")
@@ -86,6 +89,15 @@ func TestAgentTwoNodesDCPRecord(t *testing.T) {
 			m, err := remote.Get(ctx, st, "run", 100)
 			if err != nil || len(m.Files) != 3 {
 				t.Fatalf("whole step: %v, %v", m, err)
+			}
+			// Issue 46 item 5: the node that did not merge learns the
+			// commit too (its status, and what its peers port holds).
+			for k := range 2 {
+				waitFor(t, fmt.Sprintf("node %d knows step 100 committed", k), 15*time.Second, func() bool {
+					r := ferry(t, nil, "status", "--state-dir", state[k], "--json")
+					var s control.Status
+					return r.code == 0 && decodeJSONErr(r.stdout, &s) == nil && s.LastCommitted == 100
+				})
 			}
 			continue
 		}
