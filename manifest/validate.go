@@ -118,6 +118,10 @@ func Validate(m *Manifest, prefix string) error {
 	return nil
 }
 
+// CheckPath reports why p cannot be a file's path in a manifest (nil if
+// it can): writers check names with it before uploading anything.
+func CheckPath(p string) error { return checkPath(p) }
+
 // checkPath accepts a relative, clean, slash-separated path without "." or
 // ".." elements, control characters or backslashes.
 func checkPath(p string) error {

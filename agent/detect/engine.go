@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferrylabs/ferry/internal/confine"
+	"github.com/ferrylabs/ferry/manifest"
 )
 
 // engine holds what both the long-running Watcher and a one-shot Scan need:
@@ -125,6 +126,24 @@ func (e *engine) blocked(c *Candidate) string {
 	if p, why := e.tornFile(c); p != "" {
 		return "file " + p + ": " + why
 	}
+	return unrecordable(c)
+}
+
+// unrecordable says why a name of the step cannot be recorded in a
+// manifest (a newline, a backslash, invalid UTF-8...), "" when all can:
+// such a step is held before a byte is sent, not refused at the commit
+// after every byte was.
+func unrecordable(c *Candidate) string {
+	for _, f := range c.Step.Files {
+		if err := manifest.CheckPath(f.RelPath); err != nil {
+			return "name " + err.Error() + ": the manifest cannot record it"
+		}
+	}
+	for _, l := range c.Step.Symlinks {
+		if err := manifest.CheckPath(l.RelPath); err != nil {
+			return "name " + err.Error() + ": the manifest cannot record it"
+		}
+	}
 	return ""
 }
 
@@ -140,7 +159,7 @@ func (e *engine) blockedByFiles(c *Candidate) string {
 	if p, why := e.tornFile(c); p != "" {
 		return "file " + p + ": " + why
 	}
-	return ""
+	return unrecordable(c)
 }
 
 // build returns the step to report: the layout's step plus links in the

@@ -160,6 +160,8 @@ func stuckHint(c *Candidate, why string) string {
 		return "a rank's latest link names an earlier batch: remove the link of a rank that no longer saves"
 	case strings.HasPrefix(why, "file ") && strings.Contains(why, "cut short"):
 		return "a file of the step is torn (its writer was killed or is still writing): the step is not committed until the trainer saves it whole"
+	case strings.HasPrefix(why, "name "):
+		return "rename it: a manifest records names as UTF-8 without control characters or backslashes, so that a restore places them alike on any machine; nothing of the step is uploaded until then"
 	case strings.HasPrefix(why, "optimizer states "):
 		return "a rank wrote its model states but not yet its optimizer states"
 	}
