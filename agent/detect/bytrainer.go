@@ -54,6 +54,9 @@ func (w *Watcher) Declare(n int64, paths []string) error {
 		rel = append(rel, r)
 	}
 	rel = foldPaths(rel)
+	if err := w.namedAsOtherStep(n, rel); err != nil {
+		return err
+	}
 	w.trainer.mu.Lock()
 	w.trainer.steps[n] = rel
 	w.trainer.fresh[n] = true
@@ -61,6 +64,32 @@ func (w *Watcher) Declare(n int64, paths []string) error {
 	select {
 	case w.trainer.wake <- struct{}{}:
 	default:
+	}
+	return nil
+}
+
+// namedAsOtherStep refuses a declaration of step n whose paths lie in a
+// folder of the root named as another step (step-200/ declared as step
+// 201): committed under the wrong number, it would be restored as the
+// wrong step. Names are read as the dcp layout reads folders (its default
+// rules, or Options.StepPattern).
+func (w *Watcher) namedAsOtherStep(n int64, rel []string) error {
+	pattern, err := compileStepPattern(w.opts.StepPattern)
+	if err != nil {
+		return err
+	}
+	for _, p := range rel {
+		first, _, _ := strings.Cut(p, "/")
+		var m int64
+		var ok bool
+		if pattern != nil {
+			m, ok = stepFromName(pattern, first)
+		} else {
+			m, ok = DCPStepName(first)
+		}
+		if ok && m != n {
+			return fmt.Errorf("%s is named as step %d, not %d: declare --step %d, or save step %d in a folder named for it", first, m, n, m, n)
+		}
 	}
 	return nil
 }

@@ -48,3 +48,27 @@ func TestFoldPaths(t *testing.T) {
 		t.Errorf("folded %v, want %v", got, want)
 	}
 }
+
+// Issue 46 item 6: `ferry commit --step 201 step-200/...` committed the
+// folder as step 201 without a word; a declaration whose folder is named
+// as another step is refused, naming both numbers.
+func TestDeclareNamedAsOtherStep(t *testing.T) {
+	watch := t.TempDir()
+	write(t, watch, "step-200/model.bin", "weights")
+	write(t, watch, "run-a/model.bin", "weights")
+	w := newWatcher(t, Options{Dir: watch, Layout: "auto"})
+	err := w.Declare(201, []string{"step-200/model.bin"})
+	if err == nil || !strings.Contains(err.Error(), "step-200 is named as step 200, not 201") {
+		t.Fatalf("step-200 declared as 201: %v", err)
+	}
+	if err := w.Declare(200, []string{"step-200"}); err != nil {
+		t.Fatalf("step-200 declared as 200: %v", err)
+	}
+	if err := w.Declare(7, []string{"run-a/model.bin"}); err != nil {
+		t.Fatalf("a folder not named as a step: %v", err)
+	}
+	p := newWatcher(t, Options{Dir: watch, Layout: "auto", StepPattern: `^run-(\d+)$`})
+	if err := p.Declare(201, []string{"step-200/model.bin"}); err != nil {
+		t.Fatalf("with a step pattern that does not read step-200: %v", err)
+	}
+}
