@@ -226,8 +226,12 @@ func IsTempName(name string) bool {
 			return true
 		}
 	}
-	return mkdtempName.MatchString(name) || strings.Contains(name, orbaxTemp)
+	return mkdtempName.MatchString(name) || strings.Contains(name, orbaxTemp) || strings.Contains(name, SetAsideMark)
 }
+
+// SetAsideMark is in the name of a step folder `ferry restore
+// --set-aside-newer` renamed out of a trainer's way: never a step again.
+const SetAsideMark = ".ferry-set-aside-"
 
 // mkdtempName matches Python's mkdtemp/mkstemp names and mktemp(1)'s.
 var mkdtempName = regexp.MustCompile(`^tmp(?:[a-z0-9_]{6,}|\.[A-Za-z0-9]{6,})$`)

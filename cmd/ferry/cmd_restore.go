@@ -46,6 +46,9 @@ type restoreOptions struct {
 	fallback bool
 	// peers, when set, restores together with other nodes (--peers).
 	peers *peerOptions
+	// setAsideNewer renames step folders newer than the restored step
+	// (restore_newer.go).
+	setAsideNewer bool
 }
 
 func newRestoreCommand() *cli.Command {
@@ -108,6 +111,9 @@ type restoreSummary struct {
 	Skipped []restore.Skipped `json:"skipped,omitempty"`
 	// Peers, with --peers, counts the bytes by where they came from.
 	Peers *peer.Stats `json:"peers,omitempty"`
+	// NewerLocal are folders of the target named as steps newer than the
+	// one restored, which this restore did not place (restore_newer.go).
+	NewerLocal []newerStep `json:"newer_local,omitempty"`
 }
 
 // dryRunSummary is restore --dry-run's plan and what its requests cost.
@@ -161,6 +167,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	if sum.Selection != "" {
 		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
 	}
+	printNewer(stdout, sum.Step, sum.NewerLocal)
 	if p := sum.Peers; p != nil {
 		fmt.Fprintf(stdout, "with %d peers: %s from the bucket (%d ranges that a peer did not serve), %s from peers, %s served to them\n",
 			p.Joined, units.FormatBytes(p.BucketBytes), p.Fallbacks, units.FormatBytes(p.PeerBytes), units.FormatBytes(p.ServedBytes))
@@ -269,6 +276,13 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		sum.Selection = fmt.Sprintf("node %d of %d: %s", o.nodeRank, o.nodes, res.Selection)
 	}
 	log.Info("restore finished", zap.Int64("step", sum.Step), zap.Int("files", sum.Files), zap.Int64("bytes_downloaded", sum.BytesDownloaded))
+	if sum.DryRun == nil {
+		newer, err := handleNewer(o.to, sum.Step, o.setAsideNewer, log)
+		sum.NewerLocal = newer
+		if err != nil {
+			return sum, err
+		}
+	}
 	return sum, nil
 }
 

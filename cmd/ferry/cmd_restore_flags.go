@@ -21,6 +21,7 @@ func restoreFlags() []cli.Flag {
 		// that pass it keep working.
 		&cli.BoolFlag{Name: "page-cache", EnvVars: []string{"FERRY_PAGE_CACHE"}, Hidden: true},
 		&cli.StringFlag{Name: "on-damaged", Value: onDamagedFail, EnvVars: []string{"FERRY_ON_DAMAGED"}, Usage: "when the latest step is damaged (an object missing, bytes not matching after a second download, a manifest that does not validate, or recorded damaged in the bucket): fail (exit 1), or previous: restore the newest restorable committed step, warning which steps were skipped and why (recommended for job entrypoints)"},
+		&cli.BoolFlag{Name: "set-aside-newer", EnvVars: []string{"FERRY_SET_ASIDE_NEWER"}, Usage: "rename folders of --to named as a step newer than the one restored (a torn or uncommitted save the trainer would resume from) to NAME.ferry-set-aside-TIME; without it restore only warns. Nothing is deleted"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what the restore would do (files to download, files in place it would re-verify, bytes, requests and their price at R2's rates) and fetch no data"},
 		&cli.StringFlag{Name: "low-speed-limit", Value: "16KiB/s", EnvVars: []string{"FERRY_LOW_SPEED_LIMIT"}, Usage: "cut a GET whose body delivers less than this `RATE` for --low-speed-time and fetch the range again (0: never)"},
@@ -77,6 +78,7 @@ func readRestoreOptions(c *cli.Context) (restoreOptions, error) {
 		ranks:         c.String("ranks"),
 		nodes:         c.Int("nodes"),
 		nodeRank:      c.Int("node-rank"),
+		setAsideNewer: c.Bool("set-aside-newer"),
 	}, nil
 }
 
