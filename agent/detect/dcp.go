@@ -16,7 +16,9 @@ import (
 //     down (OLMo's "stepN/model_and_optim/", NeMo 2's "weights/"). The
 //     whole name must be a step name ([DCPStepName]): "step-100",
 //     "step_100", "step100", "global_step100", "iter_100", "checkpoint-100",
-//     "ckpt_100", "epoch_3", "100", or NeMo's "...-step=100-..."; or what
+//     "ckpt_100", "epoch_3", "100", NeMo's "...-step=100-..." or
+//     Lightning's "epoch=0-step=100.ckpt" (its sharded FSDP and
+//     ModelParallel saves are DCP folders with rank 0's meta.pt); or what
 //     Options.StepPattern reads from the name. Other folders are skipped
 //     with a warning, so a temporary folder ("tmp-4242", mkdtemp's
 //     "tmpab12cd9") is never a step whatever digits it carries. NeMo's
@@ -47,7 +49,7 @@ type dcpLayout struct {
 
 var (
 	dcpStepName = regexp.MustCompile(`(?i)^(?:(?:global_)?step|iter(?:ation)?|checkpoint|ckpt|epoch|batch)?[-_]?(\d+)$`)
-	nemoStep    = regexp.MustCompile(`(?:^|[-_])step=(\d+)(?:[-_]|$)`)
+	nemoStep    = regexp.MustCompile(`(?:^|[-_])step=(\d+)(?:[-_.]|$)`)
 )
 
 // DCPStepName reads the step number from a DCP step folder's name with

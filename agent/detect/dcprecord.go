@@ -98,6 +98,9 @@ func (l *dcpLayout) requireRecorded(t *Tree, c *Candidate, dir string, marker En
 		p := dir + "/" + name
 		c.Step.Expect = append(c.Step.Expect, Expected{RelPath: p, Size: rec.Sizes[name], Record: marker.Path})
 	}
+	if l.unvouched(t, dir, rec) != "" {
+		c.Proof = ProofNone
+	}
 	if !c.Finished {
 		return
 	}
@@ -118,6 +121,26 @@ func (l *dcpLayout) requireRecorded(t *Tree, c *Candidate, dir string, marker En
 		}
 		return
 	}
+}
+
+// unvouched returns a file of dir that its record neither names nor is
+// (other than an unnamed, empty-by-design .distcp of a rank with nothing
+// to write): written beside the DCP save, by the trainer, after it
+// (Lightning's sharded FSDP and ModelParallel save write rank 0's meta.pt
+// after dcp.save returns; NeMo 2 writes weights/metadata.json), so the
+// record proves nothing about it and the settle window decides. "" when
+// every file is the record's.
+func (l *dcpLayout) unvouched(t *Tree, dir string, rec dcprecord.Record) string {
+	for _, e := range t.Children(dir) {
+		name := e.Name()
+		if e.IsDir() || name == dcpMetadata || strings.HasSuffix(name, ".distcp") {
+			continue
+		}
+		if _, named := rec.Sizes[name]; !named {
+			return e.Path
+		}
+	}
+	return ""
 }
 
 // recordedUnder returns a covers function for requireFresh: the files of

@@ -217,3 +217,27 @@ func TestHFOldOrderNotStale(t *testing.T) {
 		t.Fatalf("optimizer newer than trainer_state.json: finished %v stale %v", c.Finished, c.Stale)
 	}
 }
+
+// TestLightningShardedSave: Lightning's FSDP and ModelParallel strategies
+// save a sharded checkpoint as a DCP folder "epoch=E-step=S.ckpt" and then
+// rank 0's meta.pt in it (lightning strategies' save_checkpoint:
+// _distributed_checkpoint_save, then torch.save(checkpoint, path /
+// "meta.pt")). Under auto the folder is step S, complete and not stale
+// with meta.pt written after .metadata, and its proof is the settle
+// window, since the record does not vouch for meta.pt.
+func TestLightningShardedSave(t *testing.T) {
+	dir := t.TempDir()
+	name := "epoch=0-step=100.ckpt"
+	copyRecord(t, "world2", dir, name)
+	write(t, dir, name+"/meta.pt", "lightning state")
+	setTime(t, filepath.Join(dir, name, "meta.pt"), time.Now().Add(-30*time.Minute))
+	for _, layout := range []string{"auto", "dcp"} {
+		c, ok := candidates(t, Options{Dir: dir, Layout: layout})[100]
+		if !ok {
+			t.Fatalf("%s: %s is not step 100", layout, name)
+		}
+		if !c.Finished || c.Stale || c.Proof != ProofNone || len(c.Step.Files) != 4 {
+			t.Fatalf("%s: finished %v stale %v proof %v files %d (%s)", layout, c.Finished, c.Stale, c.Proof, len(c.Step.Files), c.Waiting)
+		}
+	}
+}
