@@ -59,7 +59,7 @@ func (deepspeedLayout) Steps(t *Tree) []Candidate {
 		}
 		requireFresh(t, &c, deepspeedLatest, latestCovers)
 		c.Moved = haveLatest && latest > n
-		c.Held, c.Proof = zeroHeld(&c), ProofRanks
+		c.Held, c.Proof = zeroHeld(&c), deepspeedProof(&c)
 		c.Step.Generated = []Generated{{RelPath: deepspeedLatest, Data: []byte(root)}}
 		out = append(out, c)
 	}
@@ -78,11 +78,22 @@ func (deepspeedLayout) pointer() (string, func([]byte) (int64, bool)) {
 
 var modelStates = regexp.MustCompile(`(?:^|/)mp_rank_(\d+)_model_states\.pt$`)
 
+// pipeLayer matches the layer files of DeepSpeed's pipeline parallelism:
+// each stage writes its own layers ("layer_{idx:02d}[-{rank_repr}]-model_
+// states.pt", deepspeed/runtime/pipe/module.py PipelineModule.
+// ckpt_layer_path and save_state_dict), while rank 0 writes latest after
+// its own stage's, not the last stage's.
+var pipeLayer = regexp.MustCompile(`(?:^|/)layer_\d+(?:-[^/]*)?-model_states\.pt$`)
+
 // latestCovers reports whether rank 0's latest file vouches for a file:
 // rank 0 writes latest after its own files, while other ranks may still
 // write theirs, so it covers the files of data-parallel rank 0 of model
-// rank 0 and files no rank's name is on.
+// rank 0 and files no rank's name is on, except pipeline layer files,
+// which any stage writes (their names carry no stage).
 func latestCovers(f File) bool {
+	if pipeLayer.MatchString(f.RelPath) {
+		return false
+	}
 	if m := rankZero.FindStringSubmatch(f.RelPath); m != nil {
 		return m[1] == "0" && strings.TrimLeft(m[2], "0") == ""
 	}
@@ -90,6 +101,18 @@ func latestCovers(f File) bool {
 		return strings.TrimLeft(m[1], "0") == ""
 	}
 	return true
+}
+
+// deepspeedProof is ProofRanks, but the settle window for a step with
+// pipeline layer files: no name says which stage wrote them, so no count
+// of writers proves the last stage done.
+func deepspeedProof(c *Candidate) Proof {
+	for _, f := range c.Step.Files {
+		if pipeLayer.MatchString(f.RelPath) {
+			return ProofNone
+		}
+	}
+	return ProofRanks
 }
 
 var zeroKind = regexp.MustCompile(`zero_pp_rank_(\d+)_mp_rank_(\d+)_(model|optim)_states\.pt$`)

@@ -241,3 +241,31 @@ func TestLightningShardedSave(t *testing.T) {
 		}
 	}
 }
+
+// TestDeepSpeedPipelineLayersNotStale: with pipeline parallelism each
+// stage writes its own layer_XX-model_YY-model_states.pt, and rank 0
+// writes latest after its own stage's files, not the last stage's: a
+// finished save whose last stage's layers landed after latest is complete,
+// not stale (it waited for the next save's latest before).
+func TestDeepSpeedPipelineLayersNotStale(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	files := []string{"global_step10/layer_00-model_00-model_states.pt", "global_step10/layer_01-model_00-model_states.pt",
+		"global_step10/mp_rank_00_model_states.pt", "latest", "global_step10/layer_02-model_00-model_states.pt", "global_step10/layer_03-model_00-model_states.pt"}
+	for i, f := range files {
+		content := "x"
+		if f == "latest" {
+			content = "global_step10"
+		}
+		write(t, dir, f, content)
+		setTime(t, filepath.Join(dir, f), base.Add(time.Duration(i)*time.Second))
+	}
+	c := candidates(t, Options{Dir: dir, Layout: "deepspeed"})[10]
+	if !c.Finished || c.Stale || c.Proof != ProofNone {
+		t.Fatalf("pipeline save, last stage after latest: finished %v stale %v proof %v (%s)", c.Finished, c.Stale, c.Proof, c.Waiting)
+	}
+	setTime(t, filepath.Join(dir, "global_step10/mp_rank_00_model_states.pt"), base.Add(time.Minute))
+	if c := candidates(t, Options{Dir: dir, Layout: "deepspeed"})[10]; c.Finished || !c.Stale {
+		t.Fatalf("rank 0's states newer than latest: finished %v stale %v", c.Finished, c.Stale)
+	}
+}
