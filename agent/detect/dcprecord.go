@@ -66,26 +66,37 @@ func (l *dcpLayout) record(t *Tree, m Entry) (dcprecord.Record, bool) {
 var errRecordChanged = errors.New("changed while read")
 
 func (l *dcpLayout) readRecord(t *Tree, m Entry) recordRead {
-	if m.Size > dcprecord.MaxSize {
-		return recordRead{err: fmt.Errorf("%d bytes, more than the %d read", m.Size, dcprecord.MaxSize)}
-	}
-	f, st, err := t.openRegular(m.Path)
+	data, err := readWhole(t, m, dcprecord.MaxSize)
 	if err != nil {
 		return recordRead{err: err}
-	}
-	defer f.Close()
-	if st.Size != m.Size || !st.ModTime.Equal(m.ModTime) {
-		return recordRead{err: errRecordChanged}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, dcprecord.MaxSize+1))
-	if err != nil {
-		return recordRead{err: err}
-	}
-	if int64(len(data)) != m.Size {
-		return recordRead{err: errRecordChanged}
 	}
 	rec, err := dcprecord.Parse(data)
 	return recordRead{rec: rec, err: err}
+}
+
+// readWhole reads the regular file the scan saw as m, beneath the root and
+// following no link, if it is at most max bytes and still the version the
+// scan saw (errRecordChanged otherwise).
+func readWhole(t *Tree, m Entry, max int64) ([]byte, error) {
+	if m.Size > max {
+		return nil, fmt.Errorf("%d bytes, more than the %d read", m.Size, max)
+	}
+	f, st, err := t.openRegular(m.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size != m.Size || !st.ModTime.Equal(m.ModTime) {
+		return nil, errRecordChanged
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != m.Size {
+		return nil, errRecordChanged
+	}
+	return data, nil
 }
 
 // requireRecorded checks the files of dir against its record: each file

@@ -2,6 +2,8 @@ package detect
 
 import (
 	"path"
+
+	"go.uber.org/zap"
 	"regexp"
 	"strconv"
 )
@@ -29,7 +31,10 @@ import (
 //   - Pointer: none. The Trainer resumes from the highest-numbered
 //     checkpoint folder; DeepSpeed's own "latest" inside the folder is part
 //     of it and only ever names that folder's tag.
-type hfLayout struct{}
+type hfLayout struct {
+	log     *zap.Logger
+	indexes map[recordKey]indexRead // hfindex.go
+}
 
 var hfDir = regexp.MustCompile(`^checkpoint-(\d+)$`)
 
@@ -41,7 +46,7 @@ func (hfLayout) stepFolder(name string) bool { return hfDir.MatchString(name) }
 
 func (hfLayout) Recognize(t *Tree) bool { return len(numberedDirs(t, hfDir)) > 0 }
 
-func (hfLayout) Steps(t *Tree) []Candidate {
+func (l *hfLayout) Steps(t *Tree) []Candidate {
 	var out []Candidate
 	for n, root := range numberedDirs(t, hfDir) {
 		c := folderStep(t, root, n)
@@ -51,6 +56,7 @@ func (hfLayout) Steps(t *Tree) []Candidate {
 			c.Waiting = "no " + hfMarker
 		}
 		requireFresh(t, &c, root+"/"+hfMarker, hfCovered)
+		l.requireIndexed(t, &c, root)
 		c.Ranks, c.Proof = hfRanks(&c)
 		out = append(out, c)
 	}

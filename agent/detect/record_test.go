@@ -269,3 +269,36 @@ func TestDeepSpeedPipelineLayersNotStale(t *testing.T) {
 		t.Fatalf("rank 0's states newer than latest: finished %v stale %v", c.Finished, c.Stale)
 	}
 }
+
+// TestHFIndexSpecifiesShards: a sharded save_pretrained's index names each
+// shard; a step missing one (deleted, or not written yet) is not complete
+// whatever trainer_state.json says, and the reason names the shard.
+func TestHFIndexSpecifiesShards(t *testing.T) {
+	dir := t.TempDir()
+	index := `{"metadata": {"total_size": 8}, "weight_map": {"a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}}`
+	for _, f := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"} {
+		write(t, dir, "checkpoint-100/"+f, "x")
+	}
+	write(t, dir, "checkpoint-100/model.safetensors.index.json", index)
+	write(t, dir, "checkpoint-100/trainer_state.json", "{}")
+	age(t, dir)
+	if c := candidates(t, Options{Dir: dir, Layout: "hf"})[100]; !c.Finished {
+		t.Fatalf("whole sharded save: %s", c.Waiting)
+	}
+	shard := filepath.Join(dir, "checkpoint-100", "model-00002-of-00002.safetensors")
+	if err := os.Remove(shard); err != nil {
+		t.Fatal(err)
+	}
+	c := candidates(t, Options{Dir: dir, Layout: "hf"})[100]
+	want := "record: checkpoint-100/model.safetensors.index.json names checkpoint-100/model-00002-of-00002.safetensors, which is not here"
+	if c.Finished || c.Waiting != want {
+		t.Fatalf("shard missing: finished %v, waiting %q", c.Finished, c.Waiting)
+	}
+	// An index naming a path outside its folder is not a record: the
+	// marker rules decide, with a warning.
+	write(t, dir, "checkpoint-100/model.safetensors.index.json", `{"weight_map": {"a": "../x.safetensors"}}`)
+	age(t, dir)
+	if c := candidates(t, Options{Dir: dir, Layout: "hf"})[100]; !c.Finished {
+		t.Fatalf("unreadable index: %s", c.Waiting)
+	}
+}
