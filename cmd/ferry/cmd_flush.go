@@ -14,6 +14,7 @@ import (
 type flushOptions struct {
 	agent   agentSelector
 	timeout time.Duration
+	quiet   bool
 }
 
 func newFlushCommand() *cli.Command {
@@ -36,7 +37,7 @@ func newFlushCommand() *cli.Command {
 			if c.Args().Len() > 0 {
 				return usagef("flush takes no arguments (got %q)", c.Args().First())
 			}
-			o := flushOptions{agent: readSelector(c), timeout: c.Duration("timeout")}
+			o := flushOptions{agent: readSelector(c), timeout: c.Duration("timeout"), quiet: c.Bool("quiet")}
 			if o.timeout < 0 {
 				return usagef("--timeout %v: must not be negative", o.timeout)
 			}
@@ -51,7 +52,7 @@ func runFlush(ctx context.Context, o flushOptions, stdout, stderr io.Writer) err
 		return err
 	}
 	cl := control.Dial(dir)
-	if isTerminal(stderr) {
+	if isTerminal(stderr) && !o.quiet {
 		fmt.Fprintf(stderr, "waiting for the agent to commit every step it has seen (timeout %v)\n", o.timeout)
 	}
 	// A *control.NotCommittedError names the steps; exitCode prints it as

@@ -25,7 +25,7 @@ func newListCommand() *cli.Command {
 		Name:  "list",
 		Usage: "list committed steps: step, files, bytes, created",
 		Description: commandDoc{
-			about: "Lists the committed steps of the run at --from, newest first, one line each: step, files, bytes, and " +
+			about: "Lists the committed steps of the run at --from, oldest first (the newest last), one line each: step, files, bytes, and " +
 				"when it was committed. Steps still uploading, and parts of steps other nodes have not finished, are not listed.",
 			examples: []string{"ferry list --from s3://my-bucket/run --last 5"},
 			exits:    []string{"0 listed (when nothing is committed: nothing on stdout, and a line saying so on stderr)", exit1, exit2},

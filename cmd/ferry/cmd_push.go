@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -47,7 +48,10 @@ func newPushCommand() *cli.Command {
 			about: "Uploads a directory (or files) as step --step of the run at --to and commits its manifest last, " +
 				"create-only: the step exists remotely once every byte is durable, or not at all. Files under 4 MiB are packed " +
 				"(--pack), a file unchanged since the previous step is referenced instead of sent, a killed push started " +
-				"again with the same arguments resumes, and pushing a step again with the same content sends nothing.",
+				"again with the same arguments resumes, and pushing a step again with the same content sends nothing. A DIR's " +
+				"contents are recorded without DIR's own name (push /nvme/ckpt/step-1000 records model.bin, not " +
+				"step-1000/model.bin, and restore --to /x places it at /x/model.bin), unlike the agent, which keeps each step's " +
+				"folder name; the line printed says so.",
 			env: "FERRY_TO, FERRY_CONCURRENCY, FERRY_BANDWIDTH, FERRY_PART_SIZE and FERRY_PACK mean here what they mean for " +
 				"`ferry agent` (the location written, requests in flight, the upload rate cap): a job environment set for the agent " +
 				"tunes push the same way.",
@@ -314,4 +318,10 @@ func printPushResult(stdout io.Writer, o pushOptions, sum pushSummary, res uploa
 		fmt.Fprintf(stdout, "; %d unchanged files (%s) referenced from the previous step", sum.DedupFiles, units.FormatBytes(sum.DedupBytes))
 	}
 	fmt.Fprintln(stdout)
+	if len(o.sources) == 1 {
+		if fi, err := os.Stat(o.sources[0]); err == nil && fi.IsDir() {
+			fmt.Fprintf(stdout, "paths are relative to %s, without its name: `ferry restore --to DIR` places them in DIR as they are in %s\n",
+				o.sources[0], filepath.Base(filepath.Clean(o.sources[0])))
+		}
+	}
 }

@@ -23,6 +23,8 @@ func newVersionCommand() *cli.Command {
 			examples: []string{"ferry version"},
 			exits:    []string{"0 printed", "2 an argument was given"},
 		}.String(),
+		// -q as every command takes it; version prints its one line either way.
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"FERRY_QUIET"}, Usage: "accepted as by every command; the line is printed either way"}},
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usagef("version takes no arguments (got %q)", c.Args().First())

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -128,17 +129,26 @@ func TestDocRecipes(t *testing.T) {
 	srv := s3test.Shared(t)
 	bin := docsBin(t)
 	for _, f := range docFiles(t) {
+		var scripts []string
 		var script strings.Builder
 		for _, b := range readDocBlocks(t, f) {
-			if b.runnable() {
-				fmt.Fprintf(&script, "# %s:%d\n%s\n", rel(t, f), b.line, b.body)
+			if !b.runnable() {
+				continue
+			}
+			block := fmt.Sprintf("# %s:%d\n%s\n", rel(t, f), b.line, b.body)
+			script.WriteString(block)
+			if docsInFreshShells[rel(t, f)] {
+				scripts = append(scripts, block)
 			}
 		}
 		if script.Len() == 0 {
 			continue
 		}
+		if len(scripts) == 0 {
+			scripts = []string{script.String()}
+		}
 		t.Run(rel(t, f), func(t *testing.T) {
-			out, err := runDocScript(t, srv, bin, script.String())
+			out, err := runDocScripts(t, srv, bin, scripts)
 			if err != nil {
 				t.Fatalf("%v\n--- script\n%s\n--- output\n%s", err, script.String(), out)
 			}
@@ -157,7 +167,25 @@ func TestDocRecipes(t *testing.T) {
 // agent that could not start left the rest of getting-started running and
 // the test green). The folder is short: t.TempDir's name made the agent's
 // socket path longer than a unix socket allows, and the agent exited.
-func runDocScript(t *testing.T, srv *s3test.Server, bin, script string) (string, error) {
+// docsInFreshShells are the documents whose ```sh blocks each run in a
+// new shell, as a reader may paste them into different terminals: they
+// share only files (getting-started keeps its settings in an env file).
+var docsInFreshShells = map[string]bool{"docs/getting-started.md": true}
+
+// runDocScripts runs scripts one after another, each in a new bash, in
+// one folder and with one substitution (runDocScript), and returns their
+// output. It kills whatever any of them left running once all are done.
+func runDocScripts(t *testing.T, srv *s3test.Server, bin string, scripts []string) (string, error) {
+	t.Helper()
+	if len(scripts) == 1 {
+		return runDocScript(t, srv, bin, srv.Env(), scripts[0])
+	}
+	// Nothing but what the blocks write down carries from one to the
+	// next: not even the test server's settings.
+	return runDocScript(t, srv, bin, nil, scripts...)
+}
+
+func runDocScript(t *testing.T, srv *s3test.Server, bin string, env []string, scripts ...string) (string, error) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "ferry-doc")
 	if err != nil {
@@ -168,23 +196,37 @@ func runDocScript(t *testing.T, srv *s3test.Server, bin, script string) (string,
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script = strings.NewReplacer("my-bucket", srv.NewBucket(t), "/nvme/", root+"/nvme/", "127.0.0.1:7070", freeAddr(t)).Replace(script)
+	subst := strings.NewReplacer("my-bucket", srv.NewBucket(t), "/nvme/", root+"/nvme/", "127.0.0.1:7070", freeAddr(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
-	cmd.Dir = work
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + filepath.Join(root, "home"), testPriority,
-		"FERRY_DOCS_TEST=1"}, srv.Env()...)
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// A script that exits with an agent still in the background (a failed
-	// command under set -e) returns, rather than wait for the agent's pipe.
-	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // an agent or a server left in the background
-	return out.String(), err
+	var groups []int
+	defer func() {
+		for _, g := range groups {
+			_ = syscall.Kill(-g, syscall.SIGKILL) // an agent or a server left in the background
+		}
+	}()
+	for _, script := range scripts {
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-c", subst.Replace(script))
+		cmd.Dir = work
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + filepath.Join(root, "home"), testPriority,
+			"FERRY_DOCS_TEST=1"}, env...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		// A script that exits with a server still in the background (one
+		// that started it, or a failed command under set -e) returns,
+		// rather than wait for the background process's pipe.
+		cmd.WaitDelay = 5 * time.Second
+		err := cmd.Run()
+		if cmd.Process != nil {
+			groups = append(groups, cmd.Process.Pid)
+		}
+		if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
+			return out.String(), err
+		}
+	}
+	return out.String(), nil
 }
 
 // freeAddr is a loopback address nobody listens on now.

@@ -137,7 +137,7 @@ func TestReadmeResumeRecipe(t *testing.T) {
 	script := strings.ReplaceAll(recipe, "my-bucket", bucket)
 	for i, want := range []string{"train: resuming from step none", "train: resuming from step 100"} {
 		// runDocScript gives each run a new /nvme: a new node.
-		out, err := runDocScript(t, srv, bin, script)
+		out, err := runDocScript(t, srv, bin, srv.Env(), script)
 		if err != nil {
 			t.Fatalf("run %d of the recipe: %v\n%s", i+1, err, out)
 		}

@@ -48,6 +48,9 @@ func selectorFlags() []cli.Flag {
 			Usage: "the state dir the agent was started with (default $XDG_STATE_HOME/ferry or ~/.local/state/ferry)"},
 		&cli.StringFlag{Name: "watch", EnvVars: []string{"FERRY_WATCH"}, Usage: "the agent's watched `DIR`, to pick it when several agents share the state dir (default: any)"},
 		&cli.StringFlag{Name: "to", EnvVars: []string{"FERRY_TO"}, Usage: "the agent's destination `s3://bucket/prefix` or file:///folder, to pick it when several agents share the state dir (default: any)"},
+		// As every command takes it (commonFlags): these print no log,
+		// and -q drops their progress lines.
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"FERRY_QUIET"}, Usage: "no progress lines; the result and errors only"},
 	}
 }
 

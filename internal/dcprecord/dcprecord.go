@@ -58,6 +58,9 @@ func Parse(data []byte) (Record, error) {
 	if len(data) > MaxSize {
 		return Record{}, fmt.Errorf("%d bytes, more than the %d read", len(data), MaxSize)
 	}
+	if len(data) < 2 || data[0] != 0x80 {
+		return Record{}, errors.New("not a pickle of protocol 2 or later, which torch writes (no 0x80 PROTO opcode first)")
+	}
 	v, err := pickle.Decode(data, pickle.DefaultLimits)
 	if err != nil {
 		return Record{}, err
