@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/remote"
+	"github.com/ferrylabs/ferry/internal/store"
+	"github.com/ferrylabs/ferry/uploader"
+)
+
+// memAgent is an agent over the in-memory store, run by the test, with
+// its logs observed.
+type memAgent struct {
+	*Agent
+	st     store.Store
+	watch  string
+	logs   *observer.ObservedLogs
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startMemAgent(t *testing.T, mod func(*Options)) *memAgent {
+	t.Helper()
+	core, logs := observer.New(zapcore.InfoLevel)
+	m := &memAgent{st: store.NewMemStore(), watch: filepath.Join(t.TempDir(), "ckpt"), logs: logs, done: make(chan error, 1)}
+	if err := os.Mkdir(m.watch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Store: m.st, Prefix: "run", URL: "s3://test/run",
+		Detect:   detect.Options{Dir: m.watch, Layout: "composer", Settle: 200 * time.Millisecond, Debounce: 20 * time.Millisecond},
+		Upload:   uploader.Options{PartSize: store.MinPartSize, Concurrency: 2},
+		StateDir: t.TempDir(),
+		RetryMin: 100 * time.Millisecond,
+		RetryMax: time.Second,
+		Logger:   zap.New(core),
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Agent = a
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() { m.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-m.done:
+			if err != nil {
+				t.Errorf("agent Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("agent Run did not return within 30s of its cancellation")
+		}
+	})
+	<-a.watching
+	return m
+}
+
+// commitsStep writes step n (one rank) and waits up to d for its commit.
+func (m *memAgent) commitsStep(t *testing.T, n int64, d time.Duration) {
+	t.Helper()
+	writeTestFile(t, filepath.Join(m.watch, "ep0-ba"+strconv.FormatInt(n, 10)+"-rank0.pt"), 64<<10, byte(n))
+	m.committed(t, n, d)
+}
+
+// committed waits up to d for step n's commit.
+func (m *memAgent) committed(t *testing.T, n int64, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		steps, err := remote.Steps(context.Background(), m.st, "run", 0)
+		if err == nil && slices.Contains(steps, n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("step %d not committed within %v of being written (committed %v, %v); status %+v\nlogs:\n%s",
+				n, d, steps, err, m.Status(), m.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (m *memAgent) logText() string {
+	var b strings.Builder
+	for _, e := range m.logs.All() {
+		b.WriteString(e.Level.String() + " " + e.Message)
+		for _, f := range e.Context {
+			if f.Key == "error" {
+				b.WriteString(" error=" + f.Interface.(error).Error())
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// TestAgentWatchDirComesBack: the watch dir taken away for a while (moved
+// elsewhere, then back: a remount, an operator's mistake; the tests run as
+// root, whom chmod 000 does not stop), with and without --pipeline. The
+// watcher's failure is logged once at warn, the folder is watched again
+// once it is back (logged once), a step written while it was away is found
+// by the rescan, and the step written next is committed within 10 s. On
+// 824cfb6 (before), with --pipeline Agent.Run waited for ever for the
+// pipeline goroutine, nothing was watched again and nothing was logged;
+// without it Run returned the error.
+func TestAgentWatchDirComesBack(t *testing.T) {
+	for _, pipeline := range []bool{true, false} {
+		t.Run(map[bool]string{true: "pipeline", false: "no-pipeline"}[pipeline], func(t *testing.T) {
+			m := startMemAgent(t, func(o *Options) { o.Pipeline = pipeline })
+			m.commitsStep(t, 1, 10*time.Second)
+			away := m.watch + ".away"
+			if err := os.Rename(m.watch, away); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the watcher's failure logged", 10*time.Second, func() bool {
+				return m.logs.FilterMessageSnippet("cannot watch").FilterLevelExact(zapcore.WarnLevel).Len() > 0
+			})
+			if st := m.Status(); !strings.Contains(st.LastError, "cannot watch") {
+				t.Errorf("status while the watch dir is away: last error %q", st.LastError)
+			}
+			// Written while the agent cannot see it: the rescan finds it.
+			writeTestFile(t, filepath.Join(away, "ep0-ba2-rank0.pt"), 64<<10, 2)
+			time.Sleep(time.Second)
+			if err := os.Rename(away, m.watch); err != nil {
+				t.Fatal(err)
+			}
+			m.commitsStep(t, 3, 10*time.Second)
+			m.committed(t, 2, time.Second)
+			if n := m.logs.FilterMessageSnippet("cannot watch").Len(); n != 1 {
+				t.Errorf("the failure logged %d times, want once:\n%s", n, m.logText())
+			}
+			if m.logs.FilterMessageSnippet("watching it again").Len() != 1 {
+				t.Errorf("the return to watching not logged once:\n%s", m.logText())
+			}
+			if st := m.Status(); st.LastError != "" {
+				t.Errorf("status after the watch dir came back: last error %q", st.LastError)
+			}
+		})
+	}
+}
