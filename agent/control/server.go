@@ -47,6 +47,9 @@ type Server struct {
 	owned os.FileInfo // the socket file we created, to remove only ours
 	log   *zap.Logger
 	once  sync.Once
+	// Limits bound the connections Serve holds (limits.go); set them
+	// before Serve, zero fields take the defaults.
+	Limits Limits
 }
 
 // Listen binds the control socket at path: its directory is made
@@ -144,17 +147,17 @@ func (s *Server) Serve(ctx context.Context, c Controller) error {
 	mux.HandleFunc("/flush", h.flush)
 	mux.HandleFunc("/commit", h.commit)
 	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: mux,
 		// Request contexts derive from ctx: a flush in progress ends when
 		// the agent stops instead of holding up the shutdown.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 		ErrorLog:    zap.NewStdLog(s.log.Named("control")),
 	}
 	s.log.Info("control socket listening", zap.String("path", s.path))
+	ln := s.Limits.apply(srv, s.ln, s.log)
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	wg.Go(func() { errc <- srv.Serve(s.ln) })
+	wg.Go(func() { errc <- srv.Serve(ln) })
 	var err error
 	select {
 	case <-ctx.Done():
