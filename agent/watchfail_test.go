@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/remote"
 	"github.com/ferrylabs/ferry/internal/store"
@@ -153,5 +156,49 @@ func TestAgentWatchDirComesBack(t *testing.T) {
 				t.Errorf("status after the watch dir came back: last error %q", st.LastError)
 			}
 		})
+	}
+}
+
+// TestAgentWorksUnderControlFlood: with thousands of idle connections held
+// on its control socket, the agent commits the next step and answers
+// status and flush. (It passed on bcdfe6d at this scale too: what failed
+// there is the bound, TestControlIdleFlood; at 20,000 connections the
+// descriptors ran out and the watcher's error froze the agent.)
+func TestAgentWorksUnderControlFlood(t *testing.T) {
+	m := startMemAgent(t, nil)
+	state := t.TempDir()
+	srv, err := control.Listen(control.SocketPath(state), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Limits = control.Limits{MaxConns: 32}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, m.Agent) })
+	defer wg.Wait()
+	defer cancel()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 3000 {
+		c, err := net.Dial("unix", control.SocketPath(state))
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	m.commitsStep(t, 1, 10*time.Second)
+	cl := control.Dial(state)
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	st, err := cl.Status(sctx)
+	if err != nil || st.LastCommitted != 1 {
+		t.Fatalf("status during the flood: last committed %d, %v", st.LastCommitted, err)
+	}
+	if left, err := cl.Flush(sctx, 5*time.Second); err != nil || len(left) != 0 {
+		t.Fatalf("flush during the flood: %v, %v", left, err)
 	}
 }
