@@ -114,48 +114,86 @@ func (m *memAgent) logText() string {
 	return b.String()
 }
 
+// An outage of the watch dir: away takes it away and returns where a step
+// written meanwhile goes; back ends the outage.
+type outage struct {
+	name       string
+	away, back func(t *testing.T, dir string) string
+}
+
+var outages = []outage{
+	{"moved", func(t *testing.T, dir string) string { mustRename(t, dir, dir+".away"); return dir + ".away" },
+		func(t *testing.T, dir string) string { mustRename(t, dir+".away", dir); return dir }},
+	// 0300: files can be created in it, and it cannot be listed.
+	{"unreadable", func(t *testing.T, dir string) string { mustChmod(t, dir, 0o300); return dir },
+		func(t *testing.T, dir string) string { mustChmod(t, dir, 0o755); return dir }},
+}
+
 // TestAgentWatchDirComesBack: the watch dir taken away for a while (moved
-// elsewhere, then back: a remount, an operator's mistake; the tests run as
-// root, whom chmod 000 does not stop), with and without --pipeline. The
-// watcher's failure is logged once at warn, the folder is watched again
-// once it is back (logged once), a step written while it was away is found
-// by the rescan, and the step written next is committed within 10 s. On
-// 824cfb6 (before), with --pipeline Agent.Run waited for ever for the
-// pipeline goroutine, nothing was watched again and nothing was logged;
-// without it Run returned the error.
+// elsewhere and back, or made unreadable and readable again: a remount, a
+// permission change), with and without --pipeline. The watcher's failure
+// is logged once at warn, the folder is watched again once it is back
+// (logged once), a step written while it was away is found by the rescan,
+// and the step written next is committed within 10 s. On bcdfe6d (before),
+// with --pipeline Agent.Run waited for ever for the pipeline goroutine,
+// nothing was watched again and nothing was logged; without it Run
+// returned the error. The unreadable case needs a user chmod stops: it is
+// skipped as root.
 func TestAgentWatchDirComesBack(t *testing.T) {
-	for _, pipeline := range []bool{true, false} {
-		t.Run(map[bool]string{true: "pipeline", false: "no-pipeline"}[pipeline], func(t *testing.T) {
-			m := startMemAgent(t, func(o *Options) { o.Pipeline = pipeline })
-			m.commitsStep(t, 1, 10*time.Second)
-			away := m.watch + ".away"
-			if err := os.Rename(m.watch, away); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the watcher's failure logged", 10*time.Second, func() bool {
-				return m.logs.FilterMessageSnippet("cannot watch").FilterLevelExact(zapcore.WarnLevel).Len() > 0
+	for _, o := range outages {
+		for _, pipeline := range []bool{true, false} {
+			t.Run(o.name+map[bool]string{true: "/pipeline", false: "/no-pipeline"}[pipeline], func(t *testing.T) {
+				if o.name == "unreadable" && os.Geteuid() == 0 {
+					t.Skip("root reads a folder of mode 0300")
+				}
+				m := startMemAgent(t, func(opts *Options) { opts.Pipeline = pipeline })
+				m.watchComesBack(t, o)
 			})
-			if st := m.Status(); !strings.Contains(st.LastError, "cannot watch") {
-				t.Errorf("status while the watch dir is away: last error %q", st.LastError)
-			}
-			// Written while the agent cannot see it: the rescan finds it.
-			writeTestFile(t, filepath.Join(away, "ep0-ba2-rank0.pt"), 64<<10, 2)
-			time.Sleep(time.Second)
-			if err := os.Rename(away, m.watch); err != nil {
-				t.Fatal(err)
-			}
-			m.commitsStep(t, 3, 10*time.Second)
-			m.committed(t, 2, time.Second)
-			if n := m.logs.FilterMessageSnippet("cannot watch").Len(); n != 1 {
-				t.Errorf("the failure logged %d times, want once:\n%s", n, m.logText())
-			}
-			if m.logs.FilterMessageSnippet("watching it again").Len() != 1 {
-				t.Errorf("the return to watching not logged once:\n%s", m.logText())
-			}
-			if st := m.Status(); st.LastError != "" {
-				t.Errorf("status after the watch dir came back: last error %q", st.LastError)
-			}
-		})
+		}
+	}
+}
+
+func (m *memAgent) watchComesBack(t *testing.T, o outage) {
+	m.commitsStep(t, 1, 10*time.Second)
+	away := o.away(t, m.watch)
+	t.Cleanup(func() { _ = os.Chmod(m.watch, 0o755) })
+	waitFor(t, "the watcher's failure logged", 10*time.Second, func() bool {
+		return m.logs.FilterMessageSnippet("cannot watch").FilterLevelExact(zapcore.WarnLevel).Len() > 0
+	})
+	if st := m.Status(); !strings.Contains(st.LastError, "cannot watch") {
+		t.Errorf("status while the watch dir is away: last error %q", st.LastError)
+	}
+	// Written while the agent cannot see it: the rescan finds it.
+	writeTestFile(t, filepath.Join(away, "ep0-ba2-rank0.pt"), 64<<10, 2)
+	time.Sleep(time.Second)
+	o.back(t, m.watch)
+	m.commitsStep(t, 3, 10*time.Second)
+	m.committed(t, 2, time.Second)
+	if n := m.logs.FilterMessageSnippet("cannot watch").Len(); n != 1 {
+		t.Errorf("the failure logged %d times, want once:\n%s", n, m.logText())
+	}
+	if m.logs.FilterMessageSnippet("watching it again").Len() != 1 {
+		t.Errorf("the return to watching not logged once:\n%s", m.logText())
+	}
+	if m.logs.FilterMessageSnippet("deleted").Len() != 0 {
+		t.Errorf("the outage read as steps deleted:\n%s", m.logText())
+	}
+	if st := m.Status(); st.LastError != "" {
+		t.Errorf("status after the watch dir came back: last error %q", st.LastError)
+	}
+}
+
+func mustRename(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustChmod(t *testing.T, p string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
 	}
 }
 

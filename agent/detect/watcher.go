@@ -365,6 +365,9 @@ func (l *loop) rescanAndEvaluate() error {
 // for the next pending step, if any. Steps whose settle window has ended are
 // re-read from disk first, whatever woke the loop.
 func (l *loop) evaluate(touched map[string]struct{}) error {
+	if err := l.rootReadable(); err != nil {
+		return err
+	}
 	now := time.Now()
 	l.w.refreshDue(now)
 	if _, ok := l.w.tree.Get(""); !ok {
@@ -388,6 +391,21 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 		l.settle.Reset(next.Sub(now))
 	}
 	return nil
+}
+
+// rootReadable opens the watched directory itself before an evaluation:
+// one made unreadable (a chmod, a remount) is Run's error, to be watched
+// again once it is back, rather than its steps' files failing one by one
+// and read as deleted.
+func (l *loop) rootReadable() error {
+	f, err := l.w.tree.openDir("")
+	if err == nil {
+		return f.Close()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return dirError{fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)}
+	}
+	return dirError{fmt.Errorf("detect: %w", err)}
 }
 
 // watchDir adds an fsnotify watch for a folder; without fsnotify it does
