@@ -240,3 +240,46 @@ func TestAgentWorksUnderControlFlood(t *testing.T) {
 		t.Fatalf("flush during the flood: %v, %v", left, err)
 	}
 }
+
+// TestAgentStopsOnWatcherError: a watcher error that is not about the
+// watch dir (here: a second Run of the same watcher) ends Agent.Run at
+// once with the error, logged, the pipeline and the worker stopped with
+// it. On bcdfe6d, with --pipeline, Run waited for ever for the pipeline
+// goroutine (until its context was cancelled), logging nothing.
+func TestAgentStopsOnWatcherError(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	watch := t.TempDir()
+	a, err := New(Options{
+		Store: store.NewMemStore(), Prefix: "run", URL: "s3://test/run", Pipeline: true,
+		Detect:   detect.Options{Dir: watch, Layout: "composer", Settle: 200 * time.Millisecond},
+		StateDir: t.TempDir(), Logger: zap.New(core),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWatcher := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopWatcher()
+	events := make(chan detect.Event, 16)
+	wg.Go(func() { _ = a.watcher.Run(wctx, events) })
+	<-a.watcher.Ready()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "already running") {
+			t.Fatalf("Run: %v, want the watcher's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("Run did not return within 10 s of the watcher's error")
+	}
+	if logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("stopped by an error").Len() != 1 {
+		t.Errorf("the error not logged at error level")
+	}
+}
