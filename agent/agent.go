@@ -323,7 +323,6 @@ func (a *Agent) runLoops(ctx, hard context.Context, abort context.CancelFunc) er
 		a.work(gctx)
 		return nil
 	})
-	defer abort() // before g.Wait, on every path: nothing outlives Run
 
 	select { // "started" means watching: what is written from now on is seen
 	case <-a.watcher.Ready():
@@ -338,7 +337,7 @@ func (a *Agent) runLoops(ctx, hard context.Context, abort context.CancelFunc) er
 	if ctx.Err() != nil && gctx.Err() == nil {
 		a.drain(hard, abort, workerDone)
 	}
-	abort()
+	abort() // the worker stops too: nothing outlives Run
 	return g.Wait()
 }
 
