@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
@@ -120,6 +121,7 @@ type Agent struct {
 	log     *zap.Logger
 	journal *journal
 	watcher *detect.Watcher
+	wl      *watchLoop
 	pipe    *pipeline // nil without Options.Pipeline
 	started time.Time
 
@@ -137,6 +139,7 @@ type Agent struct {
 	// being written (recordCommitted).
 	recording int
 	lastErr   string
+	watchErr  string // the watcher's error in lastErr, while it lasts
 	// remote holds the steps committed in the bucket when the agent started.
 	remote map[int64]bool
 	// follows holds the node-done steps whose commit by another node this
@@ -156,8 +159,11 @@ type Agent struct {
 
 	wake     chan struct{}
 	draining atomic.Bool
-	abort    context.CancelFunc
-	traffic  traffic
+	// beat is when Run's loop last turned (unix nanoseconds; 0 before it
+	// runs): Alive.
+	beat    atomic.Int64
+	abort   context.CancelFunc
+	traffic traffic
 	// served caches the manifests of committed steps Holdings read, so
 	// that peers asking for plans cost the bucket one GET per step.
 	served manifestCache
@@ -258,6 +264,7 @@ func New(opts Options) (*Agent, error) {
 	if a.watcher, err = detect.New(dopts); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	a.wl = newWatchLoop(a)
 	return a, nil
 }
 
@@ -273,6 +280,10 @@ func (a *Agent) uploadStateDir() string { return filepath.Join(a.opts.StateDir, 
 // keeps uploading the steps already found complete for up to DrainTimeout
 // (or until Abort), and returns nil. Upload state is on disk at every
 // moment, so an interrupted drain resumes at the next start.
+//
+// A watch dir that cannot be listed for a while is watched again once it
+// can (watchLoop); any other failure of the watcher ends Run at once with
+// the error, logged: the agent never goes on blind.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	hard, abort := context.WithCancel(context.WithoutCancel(ctx))
@@ -288,58 +299,78 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	events := make(chan detect.Event)
-	watchErr := make(chan error, 1)
-	workerDone := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		watchErr <- a.watcher.Run(ctx, events)
-	}()
-	if a.pipe != nil {
-		wg.Go(func() { a.pipe.run(ctx) })
+	err := a.runLoops(ctx, hard, abort)
+	if err != nil {
+		a.log.Error("agent stopped by an error", zap.Error(err))
 	}
-	go func() {
-		defer wg.Done()
+	return err
+}
+
+// runLoops runs the watcher, the pipeline and the worker in one errgroup,
+// and the loop handling the watcher's events here. ctx ending stops the
+// watching and begins the drain; an error of any of them (or Abort)
+// cancels the others, and is returned once all have returned.
+func (a *Agent) runLoops(ctx, hard context.Context, abort context.CancelFunc) error {
+	g, gctx := errgroup.WithContext(hard)
+	watchCtx, stopWatch := context.WithCancel(gctx)
+	defer stopWatch()
+	defer context.AfterFunc(ctx, stopWatch)()
+	events := make(chan detect.Event)
+	watchDone, workerDone := make(chan struct{}), make(chan struct{})
+	g.Go(func() error {
+		defer close(watchDone)
+		return a.wl.run(watchCtx, events)
+	})
+	if a.pipe != nil {
+		g.Go(func() error { a.pipe.run(watchCtx); return nil })
+	}
+	g.Go(func() error {
 		defer close(workerDone)
-		a.work(hard)
-	}()
-	defer wg.Wait()
+		a.work(gctx)
+		return nil
+	})
 
 	select { // "started" means watching: what is written from now on is seen
 	case <-a.watcher.Ready():
-	case err := <-watchErr:
-		watchErr <- err // handled below
+	case <-a.wl.down: // the watch dir is unavailable: retried, and said so
+	case <-watchDone:
 	case <-ctx.Done():
 	}
 	a.log.Info("agent started", zap.String("watch", a.opts.Detect.Dir), zap.String("to", a.opts.URL),
 		zap.String("layout", a.watcher.LayoutName()), zap.String("state_dir", a.opts.StateDir))
 	close(a.watching)
-	cancelled := ctx.Done()
+	a.loop(events, watchDone)
+	if ctx.Err() != nil && gctx.Err() == nil {
+		a.drain(hard, abort, workerDone)
+	}
+	abort() // the worker stops too: nothing outlives Run
+	return g.Wait()
+}
+
+// loop handles the watcher's events until the watching goroutine returns,
+// turning every loopTick to show it is alive (FeedWatchdog).
+func (a *Agent) loop(events <-chan detect.Event, watchDone <-chan struct{}) {
+	tick := time.NewTicker(loopTick)
+	defer tick.Stop()
 	for {
+		a.beatLoop()
 		select {
 		case ev := <-events:
+			a.wl.back()
 			a.handle(ev)
 			a.handled.Add(1)
-		case err := <-watchErr:
-			if err != nil && ctx.Err() == nil {
-				abort()
-				return fmt.Errorf("watch %s: %w", a.opts.Detect.Dir, err)
+		case <-tick.C:
+			if a.watcher.Watching() {
+				a.wl.back()
 			}
-			return a.drain(hard, abort, workerDone)
-		case <-cancelled:
-			// The watcher returns on the same cancellation; its result
-			// arrives on watchErr and leads to the drain. Until then
-			// wait on the other arms (a nil channel never receives)
-			// instead of finding this one ready again at once.
-			cancelled = nil
+		case <-watchDone:
+			return
 		}
 	}
 }
 
 // drain lets the worker finish the queue, bounded by DrainTimeout.
-func (a *Agent) drain(hard context.Context, abort context.CancelFunc, workerDone <-chan struct{}) error {
+func (a *Agent) drain(hard context.Context, abort context.CancelFunc, workerDone <-chan struct{}) {
 	a.draining.Store(true)
 	a.notify()
 	pending := a.unfinished()
@@ -357,7 +388,6 @@ func (a *Agent) drain(hard context.Context, abort context.CancelFunc, workerDone
 	case <-hard.Done():
 		<-workerDone
 	}
-	return nil
 }
 
 // Abort stops uploads at once (a second signal); state stays on disk.

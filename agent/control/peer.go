@@ -74,6 +74,14 @@ type peerKey struct{}
 func connPeer(ctx context.Context, c net.Conn) context.Context {
 	var p Peer
 	var err error
+	// The connection limits wrap each accepted connection (limits.go).
+	for {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.NetConn()
+	}
 	if uc, ok := c.(*net.UnixConn); ok {
 		p, err = peerOf(uc)
 	} else {

@@ -49,6 +49,9 @@ type Server struct {
 	once  sync.Once
 	// authorize decides who is answered (peer.go); nil: OwnerOnly.
 	authorize Authorizer
+	// Limits bound the connections Serve holds (limits.go); set them
+	// before Serve, zero fields take the defaults.
+	Limits Limits
 }
 
 // Listen binds the control socket at path: its directory is made
@@ -146,18 +149,19 @@ func (s *Server) Serve(ctx context.Context, c Controller) error {
 	mux.HandleFunc("/flush", h.flush)
 	mux.HandleFunc("/commit", h.commit)
 	srv := &http.Server{
-		Handler:           s.guard(mux),
-		ConnContext:       connPeer,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:     s.guard(mux),
+		ConnContext: connPeer,
+		// Read, header and idle timeouts: Limits.apply.
 		// Request contexts derive from ctx: a flush in progress ends when
 		// the agent stops instead of holding up the shutdown.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 		ErrorLog:    zap.NewStdLog(s.log.Named("control")),
 	}
 	s.log.Info("control socket listening", zap.String("path", s.path))
+	ln := s.Limits.apply(srv, s.ln, s.log)
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	wg.Go(func() { errc <- srv.Serve(s.ln) })
+	wg.Go(func() { errc <- srv.Serve(ln) })
 	var err error
 	select {
 	case <-ctx.Done():

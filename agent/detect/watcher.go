@@ -72,7 +72,42 @@ type Watcher struct {
 	// kernel's leases see only this host's writers.
 	remote  bool
 	running atomic.Bool
+	// beat is when Run's loop last turned (unix nanoseconds): LastLoop.
+	beat atomic.Int64
+	// watching is set while Run watches, once its first look succeeded.
+	watching atomic.Bool
 }
+
+// ErrDirUnavailable is wrapped by Run's error when the watched directory
+// itself cannot be listed: removed, moved away, made unreadable, or its
+// file system gone. It may come back: the watcher remembers what it
+// reported, and a later Run rescans and goes on from there.
+var ErrDirUnavailable = errors.New("watched directory unavailable")
+
+// dirError is an error about the watched directory itself.
+type dirError struct{ err error }
+
+func (e dirError) Error() string   { return e.err.Error() }
+func (e dirError) Unwrap() []error { return []error{e.err, ErrDirUnavailable} }
+
+// loopBeat is how often Run's loop turns when nothing happens, to show
+// that it is not stuck (LastLoop).
+const loopBeat = time.Second
+
+// LastLoop returns when Run's loop last turned, or the zero time if it
+// never ran. A running watcher turns at least every second; one that has
+// not turned for long is stuck (in a listing that does not return, or
+// sending to a reader that does not read). Safe to call at any time.
+func (w *Watcher) LastLoop() time.Time {
+	if n := w.beat.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Watching says whether Run is running and its first look at the
+// directory succeeded. Safe to call at any time.
+func (w *Watcher) Watching() bool { return w.watching.Load() }
 
 // New checks the options and returns a Watcher. The directory need not
 // exist yet; Run and Scan fail if it does not.
@@ -144,7 +179,8 @@ func (w *Watcher) Sync(ctx context.Context) (int64, error) {
 
 // Run watches the directory and sends events to out until ctx is
 // cancelled, then returns nil. It returns an error if the directory cannot
-// be listed, at start or at a rescan (for example because it was removed).
+// be listed, at start or at a rescan (for example because it was removed),
+// wrapping ErrDirUnavailable.
 // Sends block: a slow reader delays watching, and events lost meanwhile by
 // fsnotify are recovered by the rescan that follows an overflow. Run owns
 // no goroutine but its caller's; only one Run may be active at a time.
@@ -186,14 +222,21 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 	l.settle = stoppedTimer()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	alive := time.NewTicker(loopBeat)
+	defer alive.Stop()
+	w.beat.Store(time.Now().UnixNano())
 	if err := l.rescanAndEvaluate(); err != nil {
 		return l.result(err)
 	}
+	w.watching.Store(true)
+	defer w.watching.Store(false)
 	for {
+		w.beat.Store(time.Now().UnixNano())
 		var err error
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-alive.C:
 		case ev, ok := <-events:
 			if !ok {
 				return errors.New("detect: fsnotify closed its event channel")
@@ -317,7 +360,7 @@ func (l *loop) fsnotifyError(err error) error {
 
 func (l *loop) rescanAndEvaluate() error {
 	if err := l.w.rescan(l.w.watchDir); err != nil {
-		return fmt.Errorf("detect: %w", err)
+		return dirError{fmt.Errorf("detect: %w", err)}
 	}
 	return l.evaluate(nil)
 }
@@ -326,12 +369,15 @@ func (l *loop) rescanAndEvaluate() error {
 // for the next pending step, if any. Steps whose settle window has ended are
 // re-read from disk first, whatever woke the loop.
 func (l *loop) evaluate(touched map[string]struct{}) error {
+	if err := l.rootReadable(); err != nil {
+		return err
+	}
 	now := time.Now()
 	l.w.refreshDue(now)
 	if _, ok := l.w.tree.Get(""); !ok {
 		// Not reported as every step being deleted: the trainer's
 		// folder vanishing is an operator's problem to look at.
-		return fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)
+		return dirError{fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)}
 	}
 	events, next := l.w.evaluate(now, touched)
 	l.w.readyOnce.Do(func() { close(l.w.ready) })
@@ -349,6 +395,21 @@ func (l *loop) evaluate(touched map[string]struct{}) error {
 		l.settle.Reset(next.Sub(now))
 	}
 	return nil
+}
+
+// rootReadable opens the watched directory itself before an evaluation:
+// one made unreadable (a chmod, a remount) is Run's error, to be watched
+// again once it is back, rather than its steps' files failing one by one
+// and read as deleted.
+func (l *loop) rootReadable() error {
+	f, err := l.w.tree.openDir("")
+	if err == nil {
+		return f.Close()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return dirError{fmt.Errorf("detect: watched directory %s disappeared", l.w.tree.root)}
+	}
+	return dirError{fmt.Errorf("detect: %w", err)}
 }
 
 // watchDir adds an fsnotify watch for a folder; without fsnotify it does

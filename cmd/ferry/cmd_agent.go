@@ -272,7 +272,7 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 		defer seed.Close()
 	}
 	svc := &agent.Service{Agent: a, Control: ctl, Metrics: ms.MetricsServer, Abort: abortOf(ctx), Logger: log,
-		Ready: func() { _ = sdnotify.Ready() }, Stopping: func() { _ = sdnotify.Stopping() }, Background: watchdog}
+		Ready: func() { _ = sdnotify.Ready() }, Stopping: func() { _ = sdnotify.Stopping() }, Background: watchdog(a)}
 	return svc.Run(ctx)
 }
 
@@ -376,21 +376,12 @@ func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, log *zap.
 	return optionalMetrics{}, nil
 }
 
-// watchdog pings systemd's watchdog while the agent runs.
-func watchdog(ctx context.Context) error {
-	iv := sdnotify.WatchdogInterval()
-	if iv <= 0 {
-		return nil
-	}
-	t := time.NewTicker(iv / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			sdnotify.Watchdog()
-		}
+// watchdog pings systemd's watchdog (WatchdogSec) while the agent's loops
+// are alive (agent.FeedWatchdog): a stuck agent is not pinged for, and
+// systemd restarts it.
+func watchdog(a *agent.Agent) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return a.FeedWatchdog(ctx, sdnotify.WatchdogInterval(), func() { _ = sdnotify.Watchdog() })
 	}
 }
 
