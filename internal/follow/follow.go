@@ -139,8 +139,11 @@ type work struct {
 func (f *Follower) Poll(ctx context.Context) (Report, error) {
 	var rep Report
 	todo, err := f.changes(ctx)
-	if err != nil || len(todo) == 0 {
+	if err != nil {
 		return rep, err
+	}
+	if len(todo) == 0 {
+		return rep, f.keep(&rep) // --keep may have changed since the last start
 	}
 	damaged, err := remote.DamagedSteps(ctx, f.opts.Store, f.opts.Prefix)
 	if err != nil {
