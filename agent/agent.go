@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -108,6 +109,13 @@ type Options struct {
 	// behind the trainer: NewestFirst (the default), OldestFirst or
 	// SkipSuperseded.
 	WhenBehind string
+	// OnCommit, when set, is a shell command run after each commit
+	// (hook.go), with the step in its environment, for at most
+	// OnCommitTimeout (default DefaultHookTimeout); its output goes to
+	// OnCommitOutput (default: stderr).
+	OnCommit        string
+	OnCommitTimeout time.Duration
+	OnCommitOutput  io.Writer
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
 	Metrics  *control.Metrics
@@ -158,6 +166,8 @@ type Agent struct {
 	draining atomic.Bool
 	abort    context.CancelFunc
 	traffic  traffic
+	// hooks runs Options.OnCommit (nil without it).
+	hooks *hooks
 	// served caches the manifests of committed steps Holdings read, so
 	// that peers asking for plans cost the bucket one GET per step.
 	served manifestCache
@@ -248,6 +258,7 @@ func New(opts Options) (*Agent, error) {
 		byTrainer: map[int64]*trainerCommit{},
 	}
 	a.traffic.metrics = opts.Metrics
+	a.hooks = newHooks(opts, opts.Logger)
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
@@ -306,6 +317,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.work(hard)
 	}()
 	defer wg.Wait()
+	if a.hooks != nil {
+		wg.Go(func() { a.hooks.run(hard) })
+		defer a.hooks.close() // before wg.Wait: the hooks queued run first
+	}
 
 	select { // "started" means watching: what is written from now on is seen
 	case <-a.watcher.Ready():

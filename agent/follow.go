@@ -135,5 +135,6 @@ func (a *Agent) learnCommitted(n int64) {
 	if a.pipe != nil {
 		a.pipe.supersededBy(n)
 	}
+	a.hooks.enqueue(commitEvent{step: n, files: len(e.step.Files) + len(e.step.Generated), bytes: e.step.TotalBytes()})
 	a.log.Info("step committed (another node merged it)", zap.Int64("step", n), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
 }

@@ -342,6 +342,13 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
 		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
+	if !res.Pending && (res.Committed || res.ByPeer) {
+		rev := 0
+		if res.Manifest != nil {
+			rev = res.Manifest.Revision
+		}
+		a.hooks.enqueue(commitEvent{step: n, files: len(e.step.Files) + len(e.step.Generated), bytes: e.step.TotalBytes(), revision: rev})
+	}
 	a.mu.Lock()
 	a.recording-- // the journal has it: what flush waits for is done
 	a.changedLocked()

@@ -31,7 +31,7 @@ func testSuiteVar(v string) bool {
 
 var (
 	docVar     = regexp.MustCompile(`\bFERRY_[A-Z0-9_]+`)
-	docCommand = regexp.MustCompile(`\bferry (push|restore|list|show|verify|copy|prune|agent|status|flush|commit|doctor|version)\b([^\n` + "`" + `|]*)`)
+	docCommand = regexp.MustCompile(`\bferry (push|restore|follow|list|show|verify|copy|prune|agent|status|flush|commit|doctor|version)\b([^\n` + "`" + `|]*)`)
 	docFlag    = regexp.MustCompile(`(?:^|[\s\[])(--[a-z][a-z0-9-]*)`) // "[--layout auto]" too
 )
 
