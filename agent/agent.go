@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -109,13 +108,8 @@ type Options struct {
 	// behind the trainer: NewestFirst (the default), OldestFirst or
 	// SkipSuperseded.
 	WhenBehind string
-	// OnCommit, when set, is a shell command run after each commit
-	// (hook.go), with the step in its environment, for at most
-	// OnCommitTimeout (default DefaultHookTimeout); its output goes to
-	// OnCommitOutput (default: stderr).
-	OnCommit        string
-	OnCommitTimeout time.Duration
-	OnCommitOutput  io.Writer
+	// OnCommit is the commit hook (hook.go); its zero value runs none.
+	OnCommit HookOptions
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
 	Metrics  *control.Metrics
@@ -166,8 +160,7 @@ type Agent struct {
 	draining atomic.Bool
 	abort    context.CancelFunc
 	traffic  traffic
-	// hooks runs Options.OnCommit (nil without it).
-	hooks *hooks
+	hooks    *hooks // nil without Options.OnCommit
 	// served caches the manifests of committed steps Holdings read, so
 	// that peers asking for plans cost the bucket one GET per step.
 	served manifestCache
@@ -319,7 +312,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	if a.hooks != nil {
 		wg.Go(func() { a.hooks.run(hard) })
-		defer a.hooks.close() // before wg.Wait: the hooks queued run first
+		defer a.hooks.close() // runs before wg.Wait
 	}
 
 	select { // "started" means watching: what is written from now on is seen

@@ -38,6 +38,16 @@ const hookDrain = 10 * time.Second
 // hook's output is no longer waited for.
 const hookWait = 5 * time.Second
 
+// HookOptions configure the commit hook.
+type HookOptions struct {
+	// Cmd, when set, is the shell command run after each commit, for at
+	// most Timeout (default DefaultHookTimeout), its output to Output
+	// (default: stderr).
+	Cmd     string
+	Timeout time.Duration
+	Output  io.Writer
+}
+
 // commitEvent is what a hook is told of a commit.
 type commitEvent struct {
 	step     int64
@@ -62,10 +72,10 @@ type hooks struct {
 }
 
 func newHooks(o Options, log *zap.Logger) *hooks {
-	if o.OnCommit == "" {
+	if o.OnCommit.Cmd == "" {
 		return nil
 	}
-	h := &hooks{cmd: o.OnCommit, timeout: o.OnCommitTimeout, url: o.URL, out: o.OnCommitOutput, log: log, queue: make(chan commitEvent, hookQueue)}
+	h := &hooks{cmd: o.OnCommit.Cmd, timeout: o.OnCommit.Timeout, url: o.URL, out: o.OnCommit.Output, log: log, queue: make(chan commitEvent, hookQueue)}
 	if h.timeout <= 0 {
 		h.timeout = DefaultHookTimeout
 	}
