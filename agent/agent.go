@@ -109,6 +109,8 @@ type Options struct {
 	// behind the trainer: NewestFirst (the default), OldestFirst or
 	// SkipSuperseded.
 	WhenBehind string
+	// OnCommit is the commit hook (hook.go); its zero value runs none.
+	OnCommit HookOptions
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
 	Metrics  *control.Metrics
@@ -164,6 +166,9 @@ type Agent struct {
 	beat    atomic.Int64
 	abort   context.CancelFunc
 	traffic traffic
+	hooks   *hooks // nil without Options.OnCommit
+	// followWake tells the follower a step became node-done (follow.go).
+	followWake chan struct{}
 	// served caches the manifests of committed steps Holdings read, so
 	// that peers asking for plans cost the bucket one GET per step.
 	served manifestCache
@@ -242,18 +247,20 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		opts:      opts,
-		log:       opts.Logger,
-		journal:   j,
-		steps:     map[int64]*entry{},
-		changed:   make(chan struct{}),
-		watching:  make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-		remote:    map[int64]bool{},
-		counted:   map[string]int64{},
-		byTrainer: map[int64]*trainerCommit{},
+		opts:       opts,
+		log:        opts.Logger,
+		journal:    j,
+		steps:      map[int64]*entry{},
+		changed:    make(chan struct{}),
+		watching:   make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		followWake: make(chan struct{}, 1),
+		remote:     map[int64]bool{},
+		counted:    map[string]int64{},
+		byTrainer:  map[int64]*trainerCommit{},
 	}
 	a.traffic.metrics = opts.Metrics
+	a.hooks = newHooks(opts, opts.Logger)
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
@@ -329,6 +336,15 @@ func (a *Agent) runLoops(ctx, hard context.Context, abort context.CancelFunc) er
 		a.work(gctx)
 		return nil
 	})
+	// The follower looks for commits other nodes made, on its own: a
+	// stalled HEAD never holds up an upload (follow.go).
+	g.Go(func() error { a.followLoop(watchCtx); return nil })
+	hooksDone := make(chan struct{})
+	if a.hooks != nil {
+		g.Go(func() error { defer close(hooksDone); a.hooks.run(hard); return nil })
+	} else {
+		close(hooksDone)
+	}
 
 	select { // "started" means watching: what is written from now on is seen
 	case <-a.watcher.Ready():
@@ -342,6 +358,12 @@ func (a *Agent) runLoops(ctx, hard context.Context, abort context.CancelFunc) er
 	a.loop(events, watchDone)
 	if ctx.Err() != nil && gctx.Err() == nil {
 		a.drain(hard, abort, workerDone)
+	}
+	if a.hooks != nil {
+		a.hooks.close() // the queued hooks run, for hookDrain at most
+		if gctx.Err() == nil {
+			<-hooksDone
+		}
 	}
 	abort() // the worker stops too: nothing outlives Run
 	return g.Wait()

@@ -34,6 +34,36 @@ type followState struct {
 	polls int
 }
 
+// followLoop looks for the commits of node-done steps until ctx ends, in a
+// goroutine of its own: a HEAD the store stalls holds up no upload.
+func (a *Agent) followLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		wait := a.followCommits(ctx)
+		var t *time.Timer
+		var due <-chan time.Time
+		if wait >= 0 {
+			t = time.NewTimer(wait)
+			due = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-a.followWake:
+		case <-due:
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// wakeFollower tells followLoop that a step became node-done.
+func (a *Agent) wakeFollower() {
+	select {
+	case a.followWake <- struct{}{}:
+	default:
+	}
+}
+
 // followCommits looks for the manifests of node-done steps that are due
 // and returns how long until the next is due (-1: none is followed).
 func (a *Agent) followCommits(ctx context.Context) time.Duration {
@@ -135,5 +165,6 @@ func (a *Agent) learnCommitted(n int64) {
 	if a.pipe != nil {
 		a.pipe.supersededBy(n)
 	}
+	a.hooks.enqueue(commitEvent{step: n, files: len(e.step.Files) + len(e.step.Generated), bytes: e.step.TotalBytes()})
 	a.log.Info("step committed (another node merged it)", zap.Int64("step", n), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
 }

@@ -21,7 +21,6 @@ import (
 func (a *Agent) work(ctx context.Context) {
 	for ctx.Err() == nil {
 		a.cleanupAbandoned(ctx)
-		follow := a.followCommits(ctx)
 		e, wait := a.next()
 		if e != nil {
 			a.upload(ctx, e)
@@ -29,9 +28,6 @@ func (a *Agent) work(ctx context.Context) {
 		}
 		if a.draining.Load() && len(a.unfinished()) == 0 {
 			return
-		}
-		if follow >= 0 && (wait < 0 || follow < wait) {
-			wait = follow
 		}
 		var timer *time.Timer
 		var due <-chan time.Time
@@ -342,8 +338,18 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 	}
 	a.log.Info(verb, zap.Int64("step", n), zap.Int("files", len(e.step.Files)+len(e.step.Generated)), zap.Int64("bytes", e.step.TotalBytes()),
 		zap.Int64("bytes_sent", res.Stats.BytesSent), zap.Duration("time_to_durable", ttd.Round(time.Millisecond)))
+	if !res.Pending && (res.Committed || res.ByPeer) {
+		rev := 0
+		if res.Manifest != nil {
+			rev = res.Manifest.Revision
+		}
+		a.hooks.enqueue(commitEvent{step: n, files: len(e.step.Files) + len(e.step.Generated), bytes: e.step.TotalBytes(), revision: rev})
+	}
 	a.mu.Lock()
 	a.recording-- // the journal has it: what flush waits for is done
+	if res.Pending {
+		a.wakeFollower() // another node commits it: look for that
+	}
 	a.changedLocked()
 	a.mu.Unlock()
 	if a.opts.KeepLocal > 0 {

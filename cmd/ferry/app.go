@@ -77,6 +77,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Commands: []*cli.Command{
 			newPushCommand(),
 			newRestoreCommand(),
+			newFollowCommand(),
 			newListCommand(),
 			newShowCommand(),
 			newVerifyCommand(),

@@ -58,6 +58,9 @@ type agentOptions struct {
 	closeWrite   bool
 	pipeline     bool
 	whenBehind   string
+	// onCommit is the hook run after each commit, for onCommitTimeout.
+	onCommit        string
+	onCommitTimeout time.Duration
 	// servePeers, token and peerTLS: serve committed steps to restoring
 	// nodes (--serve-peers).
 	servePeers, peerToken string
@@ -101,35 +104,37 @@ func newAgentCommand() *cli.Command {
 // readAgentOptions converts the agent's flags (also ferry doctor's) once.
 func readAgentOptions(c *cli.Context) (agentOptions, error) {
 	o := agentOptions{
-		remote:        readRemoteOptions(c),
-		watch:         c.String("watch"),
-		to:            c.String("to"),
-		layout:        c.String("layout"),
-		stateDir:      c.String("state-dir"),
-		controlGroup:  c.String("control-group"),
-		controlGID:    -1,
-		concurrency:   c.Int("concurrency"),
-		keepLocal:     c.Int("keep-local"),
-		metricsAddr:   c.String("metrics-addr"),
-		metricsChosen: c.IsSet("metrics-addr"),
-		settle:        c.Duration("settle"),
-		rescan:        c.Duration("rescan-interval"),
-		poll:          c.Bool("poll"),
-		pollInterval:  c.Duration("poll-interval"),
-		stepPattern:   c.String("step-pattern"),
-		expectedRanks: c.Int("expected-ranks"),
-		noMarker:      c.Bool("no-marker"),
-		drainTimeout:  c.Duration("drain-timeout"),
-		keepRemote:    c.Int("keep-remote"),
-		allowEmpty:    c.Bool("allow-empty"),
-		unsafeCond:    c.Bool(unsafeConditionalFlag),
-		priority:      c.String("priority"),
-		closeWrite:    c.Bool("close-write"),
-		pipeline:      c.Bool("pipeline"),
-		whenBehind:    c.String("when-behind"),
-		servePeers:    c.String("serve-peers"),
-		peerTLS:       c.Bool("peer-tls"),
-		noPack:        !c.Bool("pack"),
+		remote:          readRemoteOptions(c),
+		watch:           c.String("watch"),
+		to:              c.String("to"),
+		layout:          c.String("layout"),
+		stateDir:        c.String("state-dir"),
+		controlGroup:    c.String("control-group"),
+		controlGID:      -1,
+		concurrency:     c.Int("concurrency"),
+		keepLocal:       c.Int("keep-local"),
+		metricsAddr:     c.String("metrics-addr"),
+		metricsChosen:   c.IsSet("metrics-addr"),
+		settle:          c.Duration("settle"),
+		rescan:          c.Duration("rescan-interval"),
+		poll:            c.Bool("poll"),
+		pollInterval:    c.Duration("poll-interval"),
+		stepPattern:     c.String("step-pattern"),
+		expectedRanks:   c.Int("expected-ranks"),
+		noMarker:        c.Bool("no-marker"),
+		drainTimeout:    c.Duration("drain-timeout"),
+		keepRemote:      c.Int("keep-remote"),
+		allowEmpty:      c.Bool("allow-empty"),
+		unsafeCond:      c.Bool(unsafeConditionalFlag),
+		priority:        c.String("priority"),
+		closeWrite:      c.Bool("close-write"),
+		pipeline:        c.Bool("pipeline"),
+		whenBehind:      c.String("when-behind"),
+		onCommit:        c.String("on-commit"),
+		onCommitTimeout: c.Duration("on-commit-timeout"),
+		servePeers:      c.String("serve-peers"),
+		peerTLS:         c.Bool("peer-tls"),
+		noPack:          !c.Bool("pack"),
 	}
 	var err error
 	if o.servePeers != "" {
@@ -174,6 +179,8 @@ func (o agentOptions) validate() error {
 		return usagef("--keep-local %d: must be 0 (keep everything) or more", o.keepLocal)
 	case o.keepRemote < 0:
 		return usagef("--keep-remote %d: must be 0 (keep everything) or more", o.keepRemote)
+	case o.onCommitTimeout <= 0:
+		return usagef("--on-commit-timeout %v: must be positive", o.onCommitTimeout)
 	case o.expectedRanks < 0:
 		return usagef("--expected-ranks %d: must be 0 or more", o.expectedRanks)
 	case o.settle <= 0 || o.drainTimeout <= 0:
@@ -318,6 +325,7 @@ func (o agentOptions) agentConfig(st store.Store, loc manifest.Location, stateDi
 		MetricsAddr:  metricsAddr,
 		KeepLocal:    o.keepLocal,
 		KeepRemote:   o.keepRemote,
+		OnCommit:     agent.HookOptions{Cmd: o.onCommit, Timeout: o.onCommitTimeout},
 		Nodes:        o.node.nodes,
 		NodeRank:     o.node.rank,
 		Run:          o.node.run,

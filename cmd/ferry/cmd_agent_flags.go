@@ -45,6 +45,8 @@ func agentFlags() []cli.Flag {
 		conditionalWritesFlag(),
 		&cli.StringFlag{Name: "priority", Value: "low", EnvVars: []string{"FERRY_PRIORITY"},
 			Usage: "CPU and I/O priority: low (SCHED_IDLE, or nice 19; I/O best-effort 7) yields to the trainer, normal keeps the caller's"},
+		&cli.StringFlag{Name: "on-commit", EnvVars: []string{"FERRY_ON_COMMIT"}, Usage: "shell `CMD` run (sh -c) after each step is committed, with FERRY_STEP, FERRY_DESTINATION (the run's URL), FERRY_FILES, FERRY_BYTES and FERRY_REVISION set; hooks run one at a time off the upload path, a few may wait and more are dropped with a warning; a failure is logged, never fatal (default: none)"},
+		&cli.DurationFlag{Name: "on-commit-timeout", Value: agent.DefaultHookTimeout, EnvVars: []string{"FERRY_ON_COMMIT_TIMEOUT"}, Usage: "kill an --on-commit hook (and its children) that runs longer than this"},
 		&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
 	}...)
 	return append(flags, append(nodeFlags(), commonFlags()...)...)

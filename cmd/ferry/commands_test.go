@@ -16,7 +16,7 @@ import (
 // that check every command's help and docs (TestEveryCommandChecked keeps
 // it complete).
 var commandConstructors = map[string]func() *cli.Command{
-	"push": newPushCommand, "restore": newRestoreCommand, "list": newListCommand, "show": newShowCommand,
+	"push": newPushCommand, "restore": newRestoreCommand, "follow": newFollowCommand, "list": newListCommand, "show": newShowCommand,
 	"verify": newVerifyCommand, "copy": newCopyCommand, "status": newStatusCommand, "flush": newFlushCommand,
 	"commit": newCommitCommand, "prune": newPruneCommand, "agent": newAgentCommand, "doctor": newDoctorCommand,
 	"version": newVersionCommand,

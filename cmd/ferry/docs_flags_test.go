@@ -21,6 +21,8 @@ var docOnlyVars = map[string]bool{
 	"FERRY_TO_AWS_ACCESS_KEY_ID": true, "FERRY_TO_AWS_SECRET_ACCESS_KEY": true, "FERRY_TO_AWS_SESSION_TOKEN": true,
 	"FERRY_VERSITYGW": true, "FERRY_CHAOS_SEED": true, "FERRY_WRITER_SUITE": true, "FERRY_S3TEST_R2RULES": true,
 	"FERRY_TOXIPROXY": true, "FERRY_NAME": true, "FERRY_VERIFY_": true, "FERRY_COPY_": true, "FERRY_SEAWEEDFS": true,
+	// What ferry sets for the commands it runs (follow --exec, agent --on-commit).
+	"FERRY_STEP": true, "FERRY_STEP_DIR": true, "FERRY_REVISION": true, "FERRY_DESTINATION": true, "FERRY_FILES": true, "FERRY_BYTES": true,
 }
 
 // testSuiteVar reports whether v configures the test suites (a server, an
@@ -31,7 +33,7 @@ func testSuiteVar(v string) bool {
 
 var (
 	docVar     = regexp.MustCompile(`\bFERRY_[A-Z0-9_]+`)
-	docCommand = regexp.MustCompile(`\bferry (push|restore|list|show|verify|copy|prune|agent|status|flush|commit|doctor|version)\b([^\n` + "`" + `|]*)`)
+	docCommand = regexp.MustCompile(`\bferry (push|restore|follow|list|show|verify|copy|prune|agent|status|flush|commit|doctor|version)\b([^\n` + "`" + `|]*)`)
 	docFlag    = regexp.MustCompile(`(?:^|[\s\[])(--[a-z][a-z0-9-]*)`) // "[--layout auto]" too
 )
 

@@ -15,7 +15,7 @@ import (
 var updateGolden = flag.Bool("update", false, "rewrite the golden --help files in testdata/help")
 
 // goldenCommands are the commands whose --help has a golden file.
-var goldenCommands = []string{"push", "restore", "list", "show", "verify", "copy", "status", "flush", "commit", "prune", "agent", "doctor", "version"}
+var goldenCommands = []string{"push", "restore", "follow", "list", "show", "verify", "copy", "status", "flush", "commit", "prune", "agent", "doctor", "version"}
 
 // The --help of every command, compared with testdata/help/<command>.txt
 // (go test -run TestHelpGolden ./cmd/ferry -update rewrites them). Each

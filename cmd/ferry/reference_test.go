@@ -20,7 +20,7 @@ import (
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference.md from --help (make docs)")
 
 // referenceCommands are the commands docs/reference.md describes, in order.
-var referenceCommands = []string{"push", "restore", "list", "show", "verify", "copy", "prune", "agent", "status", "flush", "commit", "doctor", "version"}
+var referenceCommands = []string{"push", "restore", "follow", "list", "show", "verify", "copy", "prune", "agent", "status", "flush", "commit", "doctor", "version"}
 
 // docs/reference.md is generated from --help (`make docs`), so that every
 // flag, default, environment variable and exit code it names is what the

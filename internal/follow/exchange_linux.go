@@ -1,0 +1,9 @@
+package follow
+
+import "golang.org/x/sys/unix"
+
+// exchange swaps two paths atomically (renameat2 RENAME_EXCHANGE), so a
+// reader of b finds the old folder or the new one, never none.
+func exchange(a, b string) error {
+	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+}
