@@ -108,6 +108,9 @@ type Options struct {
 	// behind the trainer: NewestFirst (the default), OldestFirst or
 	// SkipSuperseded.
 	WhenBehind string
+	// ReadyStoreTimeout is how long the store's requests may go
+	// unanswered before Ready fails (default DefaultReadyStoreTimeout).
+	ReadyStoreTimeout time.Duration
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
 	Metrics  *control.Metrics
@@ -156,8 +159,12 @@ type Agent struct {
 
 	wake     chan struct{}
 	draining atomic.Bool
-	abort    context.CancelFunc
-	traffic  traffic
+	// running is set while Run's loops (watcher, worker) run: Ready.
+	running atomic.Bool
+	// answers records the store's answers (answerStore): Ready.
+	answers *storeAnswers
+	abort   context.CancelFunc
+	traffic traffic
 	// served caches the manifests of committed steps Holdings read, so
 	// that peers asking for plans cost the bucket one GET per step.
 	served manifestCache
@@ -218,9 +225,14 @@ func New(opts Options) (*Agent, error) {
 	default:
 		return nil, fmt.Errorf("agent: WhenBehind %q: want %s, %s or %s", opts.WhenBehind, NewestFirst, OldestFirst, SkipSuperseded)
 	}
+	if opts.ReadyStoreTimeout <= 0 {
+		opts.ReadyStoreTimeout = DefaultReadyStoreTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	answers := &storeAnswers{}
+	opts.Store = answerStore{Store: opts.Store, answers: answers}
 	opts.Detect.Nodes = opts.Nodes
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: create state dir: %w", err)
@@ -246,8 +258,10 @@ func New(opts Options) (*Agent, error) {
 		remote:    map[int64]bool{},
 		counted:   map[string]int64{},
 		byTrainer: map[int64]*trainerCommit{},
+		answers:   answers,
 	}
 	a.traffic.metrics = opts.Metrics
+	opts.Metrics.SetLastCommitTime(j.lastCommitTime())
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
@@ -258,6 +272,7 @@ func New(opts Options) (*Agent, error) {
 	if a.watcher, err = detect.New(dopts); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	opts.Metrics.Observe(a.stepGauges)
 	return a, nil
 }
 
@@ -292,6 +307,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	watchErr := make(chan error, 1)
 	workerDone := make(chan struct{})
 	var wg sync.WaitGroup
+	a.running.Store(true)
+	defer a.running.Store(false)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -403,17 +420,6 @@ func (a *Agent) lastCommitted() int64 {
 	}
 	a.mu.Unlock()
 	return last
-}
-
-// queueDepthLocked counts the steps waiting for upload.
-func (a *Agent) queueDepthLocked() int {
-	d := 0
-	for _, e := range a.steps {
-		if e.status.State == control.StatePending || e.status.State == control.StateFailed {
-			d++
-		}
-	}
-	return d
 }
 
 // changedLocked wakes Flush waiters.

@@ -190,3 +190,15 @@ func (j *journal) markRemoved(step int64) error {
 func (j *journal) update(fn func(*journalData)) error {
 	return j.f.Update(fn)
 }
+
+// lastCommitTime is when the newest step the journal holds as committed
+// was committed (zero if none): the metrics' last commit at start.
+func (j *journal) lastCommitTime() time.Time {
+	var last time.Time
+	for _, e := range j.entries() {
+		if !e.Pending && e.Committed.After(last) {
+			last = e.Committed
+		}
+	}
+	return last
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,8 @@ type agentOptions struct {
 	keepLocal     int
 	metricsAddr   string
 	metricsChosen bool // --metrics-addr or FERRY_METRICS_ADDR given
+	readyTimeout  time.Duration
+	expectCommit  time.Duration
 	settle        time.Duration
 	rescan        time.Duration
 	poll          bool
@@ -112,6 +115,8 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 		keepLocal:     c.Int("keep-local"),
 		metricsAddr:   c.String("metrics-addr"),
 		metricsChosen: c.IsSet("metrics-addr"),
+		readyTimeout:  c.Duration("ready-store-timeout"),
+		expectCommit:  c.Duration("expect-commit-every"),
 		settle:        c.Duration("settle"),
 		rescan:        c.Duration("rescan-interval"),
 		poll:          c.Bool("poll"),
@@ -176,8 +181,10 @@ func (o agentOptions) validate() error {
 		return usagef("--keep-remote %d: must be 0 (keep everything) or more", o.keepRemote)
 	case o.expectedRanks < 0:
 		return usagef("--expected-ranks %d: must be 0 or more", o.expectedRanks)
-	case o.settle <= 0 || o.drainTimeout <= 0:
-		return usagef("--settle and --drain-timeout must be positive")
+	case o.settle <= 0 || o.drainTimeout <= 0 || o.readyTimeout <= 0:
+		return usagef("--settle, --drain-timeout and --ready-store-timeout must be positive")
+	case o.expectCommit < 0:
+		return usagef("--expect-commit-every %s: must be 0 (no expectation) or more", o.expectCommit)
 	case o.priority != "low" && o.priority != "normal":
 		return usagef("--priority %q: use low or normal", o.priority)
 	}
@@ -221,6 +228,8 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location, log *zap.Logger) error {
 	base, stateDir := agentStateDir(o, loc, log)
 	reg, metrics := agentMetrics()
+	metrics.SetInfo(control.Info{Version: version, Destination: loc.String(), Run: o.node.run})
+	metrics.SetExpectedCommitInterval(o.expectCommit)
 	var counters s3store.Counters
 	st, err := openLocation(ctx, o.remote, loc, log, o.concurrency,
 		func(op string) { counters.Count(op); metrics.Request(op) })
@@ -244,7 +253,8 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 		}
 		return fmt.Errorf("agent for %s: %w", loc, err)
 	}
-	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, log)
+	var ready readiness
+	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, ready.probes(), log)
 	if err != nil {
 		return err
 	}
@@ -256,6 +266,7 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 	if err != nil {
 		return err
 	}
+	ready.agent.Store(a)
 	if o.controlGID >= 0 {
 		if err := agent.ShareControl(base, stateDir, o.controlGID); err != nil {
 			return fmt.Errorf("--control-group %s: %w", o.controlGroup, err)
@@ -309,22 +320,23 @@ func (o agentOptions) agentConfig(st store.Store, loc manifest.Location, stateDi
 	requests func() map[string]int64, metrics *control.Metrics, log *zap.Logger) agent.Options {
 	return agent.Options{
 		Store: st, Prefix: loc.Prefix, URL: loc.String(),
-		Detect:       o.detectOptions(),
-		WhenBehind:   o.whenBehind,
-		Pipeline:     o.pipeline,
-		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, DropCache: true, NoPack: o.noPack},
-		StateDir:     stateDir,
-		AllowEmpty:   o.allowEmpty,
-		MetricsAddr:  metricsAddr,
-		KeepLocal:    o.keepLocal,
-		KeepRemote:   o.keepRemote,
-		Nodes:        o.node.nodes,
-		NodeRank:     o.node.rank,
-		Run:          o.node.run,
-		DrainTimeout: o.drainTimeout,
-		Requests:     requests,
-		Metrics:      metrics,
-		Logger:       log,
+		Detect:            o.detectOptions(),
+		WhenBehind:        o.whenBehind,
+		Pipeline:          o.pipeline,
+		Upload:            uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, DropCache: true, NoPack: o.noPack},
+		StateDir:          stateDir,
+		AllowEmpty:        o.allowEmpty,
+		MetricsAddr:       metricsAddr,
+		KeepLocal:         o.keepLocal,
+		KeepRemote:        o.keepRemote,
+		Nodes:             o.node.nodes,
+		NodeRank:          o.node.rank,
+		Run:               o.node.run,
+		DrainTimeout:      o.drainTimeout,
+		ReadyStoreTimeout: o.readyTimeout,
+		Requests:          requests,
+		Metrics:           metrics,
+		Logger:            log,
 	}
 }
 
@@ -352,12 +364,11 @@ func (m optionalMetrics) close() {
 // naming both, and a free port on the same host, which `ferry status`
 // shows. Other failures disable metrics with a warning: they never stop
 // uploads.
-func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, log *zap.Logger) (optionalMetrics, error) {
+func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, probes control.Probes, log *zap.Logger) (optionalMetrics, error) {
 	if addr == "" || addr == "off" {
 		return optionalMetrics{}, nil
 	}
-	health := func() error { return nil }
-	m, err := control.ListenMetrics(addr, reg, health, log)
+	m, err := control.ListenMetrics(addr, reg, probes, log)
 	if err == nil {
 		return optionalMetrics{m}, nil
 	}
@@ -366,7 +377,7 @@ func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, log *zap.
 	}
 	host, _, serr := net.SplitHostPort(addr)
 	if serr == nil && !chosen {
-		if alt, aerr := control.ListenMetrics(net.JoinHostPort(host, "0"), reg, health, log); aerr == nil {
+		if alt, aerr := control.ListenMetrics(net.JoinHostPort(host, "0"), reg, probes, log); aerr == nil {
 			log.Warn("default metrics address taken; serving metrics on a free port instead (ferry status shows it; --metrics-addr chooses one)",
 				zap.String("wanted", addr), zap.String("addr", alt.Addr()), zap.Error(err))
 			return optionalMetrics{alt}, nil
@@ -374,6 +385,23 @@ func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, log *zap.
 	}
 	log.Warn("metrics disabled: cannot listen; uploads go on", zap.String("addr", addr), zap.Error(err))
 	return optionalMetrics{}, nil
+}
+
+// readiness answers /readyz for the agent, which is created after the
+// metrics endpoint is bound (status names its address).
+type readiness struct{ agent atomic.Pointer[agent.Agent] }
+
+// probes are the endpoint's: /healthz is ok while the process serves it
+// (a restart would not help an agent whose store is down), /readyz asks
+// the agent.
+func (r *readiness) probes() control.Probes {
+	return control.Probes{Ready: func() error {
+		a := r.agent.Load()
+		if a == nil {
+			return errors.New("starting")
+		}
+		return a.Ready()
+	}}
 }
 
 // watchdog pings systemd's watchdog while the agent runs.
