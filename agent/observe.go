@@ -20,10 +20,11 @@ const DefaultReadyStoreTimeout = 3 * time.Minute
 // failedForGood is how far off failForGoodLocked puts a step's next try.
 const failedForGood = 50 * 365 * 24 * time.Hour
 
-// stepGauges counts the steps by state for the metrics (control.Observe).
-// It takes a.mu briefly and does no I/O.
-func (a *Agent) stepGauges() control.StepGauges {
-	var g control.StepGauges
+// stepGauges counts the steps by state for the metrics (control.Observe),
+// with the store's failing streak. It takes a.mu briefly and does no I/O.
+func (a *Agent) stepGauges() control.AgentGauges {
+	var g control.AgentGauges
+	g.StoreFailingSince, _ = a.answers.failing()
 	for _, p := range a.watcher.Pending() {
 		g.Add(control.GaugeSettling, p.Bytes)
 	}

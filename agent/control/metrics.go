@@ -24,6 +24,9 @@ const DefaultMetricsAddr = "127.0.0.1:9464"
 // a multi-terabyte one on a slow or throttled link (hours).
 var timeToDurableBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800}
 
+// ErrorStages are the stages ferry_errors_total counts (Metrics.Error).
+var ErrorStages = []string{"detect", "upload", "commit", "prune"}
+
 // Metrics are the agent's Prometheus collectors. Every method is safe on a
 // nil *Metrics and does nothing, so tests and callers without metrics pass
 // nil instead of a fake.
@@ -107,6 +110,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.stepsCol)
+	}
+	// Every stage's series exists from the start, at 0: rate() and alerts
+	// see the first error as an increase, not as a new series.
+	for _, stage := range ErrorStages {
+		m.errors.WithLabelValues(stage)
 	}
 	m.lastCommitted.Set(-1)
 	return m

@@ -40,7 +40,7 @@ func TestMetricsExposition(t *testing.T) {
 	m.Request("UploadPart")
 	m.Request("PutObject")
 	m.Error("upload")
-	m.Observe(func() StepGauges { return StepGauges{QueueDepth: 4} })
+	m.Observe(func() AgentGauges { return AgentGauges{QueueDepth: 4} })
 	m.Committed(2000, 90*time.Second)
 	m.Committed(1000, 3*time.Hour) // an older step committed late
 	m.Dedup(512)
@@ -95,7 +95,7 @@ func TestMetricsNil(t *testing.T) {
 	m.AddParts(1)
 	m.Request("op")
 	m.Error("stage")
-	m.Observe(func() StepGauges { return StepGauges{} })
+	m.Observe(func() AgentGauges { return AgentGauges{} })
 	m.Committed(1, time.Second)
 	m.Dedup(1)
 	m.SetInfo(Info{Version: "v1"})

@@ -32,8 +32,8 @@ const (
 // GaugeStates lists the step gauge states in pipeline order.
 var GaugeStates = []string{GaugeSettling, GaugeWaiting, GaugeUploading, GaugeRetrying, GaugeFailed, GaugeNodeDone}
 
-// StepGauges is the agent's steps at one scrape.
-type StepGauges struct {
+// AgentGauges is the agent's state at one scrape.
+type AgentGauges struct {
 	// Count and Bytes by GaugeStates state.
 	Count, Bytes map[string]int64
 	// OldestUndurable is when the oldest step complete on disk and not yet
@@ -43,10 +43,13 @@ type StepGauges struct {
 	// QueueDepth counts the steps waiting for an upload: waiting, and
 	// retrying (a failed attempt waiting out its backoff).
 	QueueDepth int
+	// StoreFailingSince is since when the store's requests have gone
+	// unanswered; zero while it answers.
+	StoreFailingSince time.Time
 }
 
 // Add counts one step of bytes in state.
-func (g *StepGauges) Add(state string, bytes int64) {
+func (g *AgentGauges) Add(state string, bytes int64) {
 	if g.Count == nil {
 		g.Count, g.Bytes = map[string]int64{}, map[string]int64{}
 	}
@@ -58,10 +61,10 @@ func (g *StepGauges) Add(state string, bytes int64) {
 // every gauge is current (a step waiting out a backoff is counted while it
 // waits) and ages grow between events.
 type stepsCollector struct {
-	steps, bytes, queue, oldest *prometheus.Desc
+	steps, bytes, queue, oldest, storeFailing *prometheus.Desc
 
 	mu     sync.Mutex
-	source func() StepGauges
+	source func() AgentGauges
 	now    func() time.Time
 }
 
@@ -73,6 +76,8 @@ func newStepsCollector() *stepsCollector {
 		queue: prometheus.NewDesc("ferry_queue_depth", "Steps complete on disk and waiting to be uploaded, those waiting to be retried included.", nil, nil),
 		oldest: prometheus.NewDesc("ferry_oldest_undurable_step_age_seconds",
 			"Seconds since the oldest step complete on disk and not yet durable was last written; 0 when none.", nil, nil),
+		storeFailing: prometheus.NewDesc("ferry_store_failing_seconds",
+			"Seconds the store's requests have gone unanswered (refused connections, timeouts, 5xx after retries); 0 while it answers. /readyz fails past --ready-store-timeout.", nil, nil),
 		now: time.Now,
 	}
 }
@@ -83,6 +88,7 @@ func (c *stepsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.bytes
 	ch <- c.queue
 	ch <- c.oldest
+	ch <- c.storeFailing
 }
 
 // Collect implements prometheus.Collector. The source is called without
@@ -91,7 +97,7 @@ func (c *stepsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	source := c.source
 	c.mu.Unlock()
-	var g StepGauges
+	var g AgentGauges
 	if source != nil {
 		g = source()
 	}
@@ -100,16 +106,21 @@ func (c *stepsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(g.Bytes[s]), s)
 	}
 	ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(g.QueueDepth))
-	age := 0.0
-	if !g.OldestUndurable.IsZero() {
-		age = max(c.now().Sub(g.OldestUndurable).Seconds(), 0)
-	}
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, c.since(g.OldestUndurable))
+	ch <- prometheus.MustNewConstMetric(c.storeFailing, prometheus.GaugeValue, c.since(g.StoreFailingSince))
 }
 
-// Observe makes the step gauges read source at each scrape. source must be
+// since is the seconds from t to now, 0 for a zero t.
+func (c *stepsCollector) since(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(c.now().Sub(t).Seconds(), 0)
+}
+
+// Observe makes the agent's gauges read source at each scrape. source must be
 // quick and safe to call from any goroutine; it must not call back into m.
-func (m *Metrics) Observe(source func() StepGauges) {
+func (m *Metrics) Observe(source func() AgentGauges) {
 	if m == nil {
 		return
 	}

@@ -12,21 +12,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func TestStepGaugesExposition(t *testing.T) {
+func TestAgentGaugesExposition(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	now := time.Unix(1_700_000_000, 0)
 	m.stepsCol.now = func() time.Time { return now }
-	var g StepGauges
+	var g AgentGauges
 	g.Add(GaugeSettling, 10)
 	g.Add(GaugeWaiting, 100)
 	g.Add(GaugeRetrying, 1000)
 	g.Add(GaugeRetrying, 24)
 	g.QueueDepth = 3
 	g.OldestUndurable = now.Add(-90 * time.Second)
-	var cur atomic.Pointer[StepGauges] // read by the server's goroutine
+	g.StoreFailingSince = now.Add(-42 * time.Second)
+	var cur atomic.Pointer[AgentGauges] // read by the server's goroutine
 	cur.Store(&g)
-	m.Observe(func() StepGauges { return *cur.Load() })
+	m.Observe(func() AgentGauges { return *cur.Load() })
 	m.SetInfo(Info{Version: "v1.2.3", Destination: "s3://AKIAKEY:secret@bucket/run?token=x", Run: "job-7"})
 	m.SetLastCommitTime(time.Unix(1_600_000_000, 0))
 	m.SetLastCommitTime(time.Unix(1_500_000_000, 0)) // older: ignored
@@ -46,6 +47,7 @@ func TestStepGaugesExposition(t *testing.T) {
 		`ferry_step_bytes{state="settling"} 10`,
 		"ferry_queue_depth 3",
 		"ferry_oldest_undurable_step_age_seconds 90",
+		"ferry_store_failing_seconds 42",
 		`ferry_info{destination="s3://bucket/run",run="job-7",version="v1.2.3"} 1`,
 		"ferry_last_commit_timestamp_seconds 1.6e+09",
 		"ferry_expected_commit_interval_seconds 1800",
@@ -62,10 +64,12 @@ func TestStepGaugesExposition(t *testing.T) {
 	}
 
 	// Nothing undurable: the age is 0, not the age of the epoch.
-	cur.Store(&StepGauges{})
+	cur.Store(&AgentGauges{})
 	_, body = get(t, srv.URL+"/metrics")
-	if !strings.Contains(body, "\nferry_oldest_undurable_step_age_seconds 0\n") || !strings.Contains(body, "\nferry_queue_depth 0\n") {
-		t.Errorf("no undurable step: want age 0 and queue 0:\n%s", body)
+	for _, line := range []string{"ferry_oldest_undurable_step_age_seconds 0", "ferry_queue_depth 0", "ferry_store_failing_seconds 0"} {
+		if !strings.Contains(body, "\n"+line+"\n") {
+			t.Errorf("nothing undurable, store answering: exposition lacks %q", line)
+		}
 	}
 }
 
