@@ -404,24 +404,6 @@ func (a *Agent) loadRemote(ctx context.Context) error {
 	return nil
 }
 
-// lastCommitted returns the highest committed step known locally, or -1.
-func (a *Agent) lastCommitted() int64 {
-	last := int64(-1)
-	for _, e := range a.journal.entries() {
-		if !e.Pending {
-			last = max(last, e.Step)
-		}
-	}
-	a.mu.Lock()
-	for n, e := range a.steps {
-		if e.status.State == control.StateCommitted {
-			last = max(last, n)
-		}
-	}
-	a.mu.Unlock()
-	return last
-}
-
 // changedLocked wakes Flush waiters.
 func (a *Agent) changedLocked() {
 	close(a.changed)

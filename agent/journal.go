@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/statefile"
 )
@@ -200,5 +201,23 @@ func (j *journal) lastCommitTime() time.Time {
 			last = e.Committed
 		}
 	}
+	return last
+}
+
+// lastCommitted returns the highest committed step known locally, or -1.
+func (a *Agent) lastCommitted() int64 {
+	last := int64(-1)
+	for _, e := range a.journal.entries() {
+		if !e.Pending {
+			last = max(last, e.Step)
+		}
+	}
+	a.mu.Lock()
+	for n, e := range a.steps {
+		if e.status.State == control.StateCommitted {
+			last = max(last, n)
+		}
+	}
+	a.mu.Unlock()
 	return last
 }
