@@ -112,6 +112,21 @@ test-endpoint:
 	@[ -n "$$FERRY_TEST_S3_ENDPOINT" ] && [ -n "$$FERRY_TEST_S3_BUCKET" ] || { echo "make test-endpoint needs FERRY_TEST_S3_ENDPOINT and FERRY_TEST_S3_BUCKET (and credentials)"; exit 1; }
 	$(GO) test $(GOTEST_FLAGS) -v -run '^TestEndpoint' ./internal/s3store/ ./cmd/ferry/
 
+## test-alerts: deploy/monitoring's Prometheus rules checked (promtool
+## check rules) and each alert run against its recorded series (promtool
+## test rules ferry-alerts.test.yml); installs Debian's prometheus package
+## for promtool when it is missing (as root). The Go side (every series a
+## rule or dashboard panel uses is served by a real agent) is cmd/ferry
+## TestMonitoringSeriesExist, in make test.
+PROMTOOL ?= promtool
+.PHONY: test-alerts
+test-alerts:
+	@command -v $(PROMTOOL) >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus; \
+		else echo "make test-alerts needs promtool: sudo apt-get install -y prometheus"; exit 1; fi; }
+	cd deploy/monitoring && $(PROMTOOL) check rules ferry-alerts.yml && $(PROMTOOL) test rules ferry-alerts.test.yml
+
 ## unit: only the tests that need no S3 server
 unit:
 	$(GO) test $(GOTEST_FLAGS) -short ./...

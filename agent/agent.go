@@ -111,6 +111,9 @@ type Options struct {
 	WhenBehind string
 	// OnCommit is the commit hook (hook.go); its zero value runs none.
 	OnCommit HookOptions
+	// ReadyStoreTimeout is how long the store's requests may go
+	// unanswered before Ready fails (default DefaultReadyStoreTimeout).
+	ReadyStoreTimeout time.Duration
 	// Requests, when set, returns S3 request counts by operation for status.
 	Requests func() map[string]int64
 	Metrics  *control.Metrics
@@ -163,7 +166,11 @@ type Agent struct {
 	draining atomic.Bool
 	// beat is when Run's loop last turned (unix nanoseconds; 0 before it
 	// runs): Alive.
-	beat    atomic.Int64
+	beat atomic.Int64
+	// running is set while Run's loops (watcher, worker) run: Ready.
+	running atomic.Bool
+	// answers records the store's answers (answerStore): Ready.
+	answers *storeAnswers
 	abort   context.CancelFunc
 	traffic traffic
 	hooks   *hooks // nil without Options.OnCommit
@@ -229,9 +236,14 @@ func New(opts Options) (*Agent, error) {
 	default:
 		return nil, fmt.Errorf("agent: WhenBehind %q: want %s, %s or %s", opts.WhenBehind, NewestFirst, OldestFirst, SkipSuperseded)
 	}
+	if opts.ReadyStoreTimeout <= 0 {
+		opts.ReadyStoreTimeout = DefaultReadyStoreTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	answers := &storeAnswers{}
+	opts.Store = answerStore{Store: opts.Store, answers: answers}
 	opts.Detect.Nodes = opts.Nodes
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: create state dir: %w", err)
@@ -258,9 +270,11 @@ func New(opts Options) (*Agent, error) {
 		remote:     map[int64]bool{},
 		counted:    map[string]int64{},
 		byTrainer:  map[int64]*trainerCommit{},
+		answers:    answers,
 	}
 	a.traffic.metrics = opts.Metrics
 	a.hooks = newHooks(opts, opts.Logger)
+	opts.Metrics.SetLastCommitTime(j.lastCommitTime())
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
@@ -272,6 +286,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.wl = newWatchLoop(a)
+	opts.Metrics.Observe(a.stepGauges)
 	return a, nil
 }
 
@@ -306,6 +321,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	a.running.Store(true)
+	defer a.running.Store(false)
 	err := a.runLoops(ctx, hard, abort)
 	if err != nil {
 		a.log.Error("agent stopped by an error", zap.Error(err))
@@ -437,35 +454,6 @@ func (a *Agent) loadRemote(ctx context.Context) error {
 	a.counter = max(a.counter, newest+1)
 	a.mu.Unlock()
 	return nil
-}
-
-// lastCommitted returns the highest committed step known locally, or -1.
-func (a *Agent) lastCommitted() int64 {
-	last := int64(-1)
-	for _, e := range a.journal.entries() {
-		if !e.Pending {
-			last = max(last, e.Step)
-		}
-	}
-	a.mu.Lock()
-	for n, e := range a.steps {
-		if e.status.State == control.StateCommitted {
-			last = max(last, n)
-		}
-	}
-	a.mu.Unlock()
-	return last
-}
-
-// queueDepthLocked counts the steps waiting for upload.
-func (a *Agent) queueDepthLocked() int {
-	d := 0
-	for _, e := range a.steps {
-		if e.status.State == control.StatePending || e.status.State == control.StateFailed {
-			d++
-		}
-	}
-	return d
 }
 
 // changedLocked wakes Flush waiters.

@@ -63,7 +63,6 @@ func (a *Agent) handle(ev detect.Event) {
 		a.unreadableLocked(e, ev, n)
 	}
 	a.forgetFinishedLocked()
-	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
 	select {
 	case a.wake <- struct{}{}:
 	default:

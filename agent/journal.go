@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/statefile"
 )
@@ -189,4 +190,34 @@ func (j *journal) markRemoved(step int64) error {
 // is on disk.
 func (j *journal) update(fn func(*journalData)) error {
 	return j.f.Update(fn)
+}
+
+// lastCommitTime is when the newest step the journal holds as committed
+// was committed (zero if none): the metrics' last commit at start.
+func (j *journal) lastCommitTime() time.Time {
+	var last time.Time
+	for _, e := range j.entries() {
+		if !e.Pending && e.Committed.After(last) {
+			last = e.Committed
+		}
+	}
+	return last
+}
+
+// lastCommitted returns the highest committed step known locally, or -1.
+func (a *Agent) lastCommitted() int64 {
+	last := int64(-1)
+	for _, e := range a.journal.entries() {
+		if !e.Pending {
+			last = max(last, e.Step)
+		}
+	}
+	a.mu.Lock()
+	for n, e := range a.steps {
+		if e.status.State == control.StateCommitted {
+			last = max(last, n)
+		}
+	}
+	a.mu.Unlock()
+	return last
 }

@@ -149,7 +149,6 @@ func (a *Agent) upload(ctx context.Context, e *entry) {
 	e.status.BytesSent = e.early
 	step := e.step
 	a.changedLocked()
-	a.opts.Metrics.SetQueueDepth(a.queueDepthLocked())
 	a.mu.Unlock()
 
 	a.log.Info("uploading step", zap.Int64("step", n), zap.Int("files", len(step.Files)), zap.Int("attempt", e.status.Attempts))
@@ -252,7 +251,7 @@ func (a *Agent) settle(ctx context.Context, e *entry, res uploader.PushResult, e
 func (a *Agent) failForGoodLocked(e *entry, stage string, err error, msg string) {
 	e.status.State = control.StateFailed
 	e.status.Error = err.Error()
-	e.nextTry = time.Now().Add(100 * 365 * 24 * time.Hour) // never
+	e.nextTry = time.Now().Add(2 * failedForGood) // never
 	a.lastErr = err.Error()
 	a.opts.Metrics.Error(stage)
 	a.log.Error(msg, zap.Int64("step", e.status.Step), zap.Error(err))

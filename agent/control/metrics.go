@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,9 @@ const DefaultMetricsAddr = "127.0.0.1:9464"
 // a multi-terabyte one on a slow or throttled link (hours).
 var timeToDurableBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800}
 
+// ErrorStages are the stages ferry_errors_total counts (Metrics.Error).
+var ErrorStages = []string{"detect", "upload", "commit", "prune"}
+
 // Metrics are the agent's Prometheus collectors. Every method is safe on a
 // nil *Metrics and does nothing, so tests and callers without metrics pass
 // nil instead of a fake.
@@ -31,15 +35,19 @@ type Metrics struct {
 	uploadParts    prometheus.Counter
 	requests       *prometheus.CounterVec
 	errors         *prometheus.CounterVec
-	queueDepth     prometheus.Gauge
 	stepsCommitted prometheus.Counter
 	lastCommitted  prometheus.Gauge
 	timeToDurable  prometheus.Histogram
 	dedupBytes     prometheus.Counter
 	stepsLost      prometheus.Counter
+	lastCommitTS   prometheus.Gauge
+	expectedEvery  prometheus.Gauge
+	info           *prometheus.GaugeVec
+	stepsCol       *stepsCollector
 
-	mu   sync.Mutex
-	last int64 // highest committed step, -1 if none
+	mu           sync.Mutex
+	last         int64     // highest committed step, -1 if none
+	lastCommitAt time.Time // newest commit, zero if none
 }
 
 // NewMetrics creates the collectors and registers them with reg (none if
@@ -64,10 +72,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_errors_total",
 			Help: "Failures by pipeline stage (detect, upload, commit, ...).",
 		}, []string{"stage"}),
-		queueDepth: f.NewGauge(prometheus.GaugeOpts{
-			Name: "ferry_queue_depth",
-			Help: "Steps complete on disk and waiting to be uploaded.",
-		}),
 		stepsCommitted: f.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_steps_committed_total",
 			Help: "Steps whose manifest was committed by this agent.",
@@ -89,7 +93,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_steps_lost_total",
 			Help: "Steps complete on disk that were deleted before they could be uploaded.",
 		}),
-		last: -1,
+		lastCommitTS: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_last_commit_timestamp_seconds",
+			Help: "Unix time of the newest commit of a whole step this agent knows of (its own, or another node's of a step it took part in; the journal's at start); 0 before the first.",
+		}),
+		expectedEvery: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_expected_commit_interval_seconds",
+			Help: "How often a commit is expected (--expect-commit-every); 0: no expectation. The threshold of the FerryNoRecentCommit alert.",
+		}),
+		info: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_info",
+			Help: "Always 1: the agent's version, destination (no credentials) and multi-node run.",
+		}, []string{"version", "destination", "run"}),
+		stepsCol: newStepsCollector(),
+		last:     -1,
+	}
+	if reg != nil {
+		reg.MustRegister(m.stepsCol)
+	}
+	// Every stage's series exists from the start, at 0: rate() and alerts
+	// see the first error as an increase, not as a new series.
+	for _, stage := range ErrorStages {
+		m.errors.WithLabelValues(stage)
 	}
 	m.lastCommitted.Set(-1)
 	return m
@@ -130,16 +155,8 @@ func (m *Metrics) Error(stage string) {
 	m.errors.WithLabelValues(stage).Inc()
 }
 
-// SetQueueDepth records how many steps wait to be uploaded.
-func (m *Metrics) SetQueueDepth(n int) {
-	if m == nil {
-		return
-	}
-	m.queueDepth.Set(float64(n))
-}
-
 // Committed records that step's manifest was committed sinceComplete after
-// the step was found complete on disk. The last-committed gauge only moves
+// the step was found complete on disk, and now as the last commit's time. The last-committed gauge only moves
 // forward, so a late commit of an older step does not hide a newer one.
 func (m *Metrics) Committed(step int64, sinceComplete time.Duration) {
 	if m == nil {
@@ -153,6 +170,7 @@ func (m *Metrics) Committed(step int64, sinceComplete time.Duration) {
 		m.lastCommitted.Set(float64(step))
 	}
 	m.mu.Unlock()
+	m.SetLastCommitTime(time.Now())
 }
 
 // Dedup counts n bytes not uploaded because they were unchanged.
@@ -163,10 +181,16 @@ func (m *Metrics) Dedup(n int64) {
 	m.dedupBytes.Add(float64(n))
 }
 
-// MetricsHandler serves /metrics from g and /healthz from health: 200 "ok"
-// when health returns nil (or is nil), else 503 with its error, which must
-// therefore never hold a secret.
-func MetricsHandler(g prometheus.Gatherer, health func() error, log *zap.Logger) http.Handler {
+// Probes answer /healthz and /readyz: 200 "ok" when the probe returns nil
+// (or is nil), else 503 with its error on one line, which must therefore
+// never hold a secret. Health says the process should not be restarted;
+// Ready says it does its job now (the store answers, its loops run).
+type Probes struct {
+	Health, Ready func() error
+}
+
+// MetricsHandler serves /metrics from g, and /healthz and /readyz from p.
+func MetricsHandler(g prometheus.Gatherer, p Probes, log *zap.Logger) http.Handler {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -175,18 +199,23 @@ func MetricsHandler(g prometheus.Gatherer, health func() error, log *zap.Logger)
 		ErrorLog:      zap.NewStdLog(log.Named("metrics")),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/healthz", probeHandler(p.Health))
+	mux.HandleFunc("/readyz", probeHandler(p.Ready))
+	return mux
+}
+
+func probeHandler(probe func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if health != nil {
-			if err := health(); err != nil {
+		if probe != nil {
+			if err := probe(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintln(w, err.Error())
+				fmt.Fprintln(w, strings.Join(strings.Fields(err.Error()), " "))
 				return
 			}
 		}
 		fmt.Fprintln(w, "ok")
-	})
-	return mux
+	}
 }
 
 // MetricsServer is a metrics endpoint that is bound but not yet serving,
@@ -201,7 +230,7 @@ type MetricsServer struct {
 // ListenMetrics binds addr (DefaultMetricsAddr if empty) for MetricsHandler.
 // It binds whatever address it is given; keeping it on loopback by default
 // is the CLI's job.
-func ListenMetrics(addr string, g prometheus.Gatherer, health func() error, log *zap.Logger) (*MetricsServer, error) {
+func ListenMetrics(addr string, g prometheus.Gatherer, p Probes, log *zap.Logger) (*MetricsServer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -213,7 +242,7 @@ func ListenMetrics(addr string, g prometheus.Gatherer, health func() error, log 
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           MetricsHandler(g, health, log),
+		Handler:           MetricsHandler(g, p, log),
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("metrics")),

@@ -40,12 +40,12 @@ func TestMetricsExposition(t *testing.T) {
 	m.Request("UploadPart")
 	m.Request("PutObject")
 	m.Error("upload")
-	m.SetQueueDepth(4)
+	m.Observe(func() AgentGauges { return AgentGauges{QueueDepth: 4} })
 	m.Committed(2000, 90*time.Second)
 	m.Committed(1000, 3*time.Hour) // an older step committed late
 	m.Dedup(512)
 
-	srv := httptest.NewServer(MetricsHandler(reg, nil, zaptest.NewLogger(t)))
+	srv := httptest.NewServer(MetricsHandler(reg, Probes{}, zaptest.NewLogger(t)))
 	defer srv.Close()
 	code, body := get(t, srv.URL+"/metrics")
 	if code != http.StatusOK {
@@ -79,7 +79,7 @@ func TestMetricsExposition(t *testing.T) {
 func TestMetricsBeforeAnyCommit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	NewMetrics(reg)
-	srv := httptest.NewServer(MetricsHandler(reg, nil, nil))
+	srv := httptest.NewServer(MetricsHandler(reg, Probes{}, nil))
 	defer srv.Close()
 	_, body := get(t, srv.URL+"/metrics")
 	// Step 0 is a real step: "none yet" must not read as 0.
@@ -95,9 +95,12 @@ func TestMetricsNil(t *testing.T) {
 	m.AddParts(1)
 	m.Request("op")
 	m.Error("stage")
-	m.SetQueueDepth(1)
+	m.Observe(func() AgentGauges { return AgentGauges{} })
 	m.Committed(1, time.Second)
 	m.Dedup(1)
+	m.SetInfo(Info{Version: "v1"})
+	m.SetLastCommitTime(time.Now())
+	m.SetExpectedCommitInterval(time.Hour)
 }
 
 func TestHealthz(t *testing.T) {
@@ -109,7 +112,7 @@ func TestHealthz(t *testing.T) {
 		}
 		return nil
 	}
-	srv := httptest.NewServer(MetricsHandler(prometheus.NewRegistry(), health, nil))
+	srv := httptest.NewServer(MetricsHandler(prometheus.NewRegistry(), Probes{Health: health}, nil))
 	defer srv.Close()
 	if code, body := get(t, srv.URL+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("healthy /healthz: %d %q", code, body)
@@ -124,7 +127,7 @@ func TestHealthz(t *testing.T) {
 func TestServeMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	NewMetrics(reg).AddBytes(7)
-	m, err := ListenMetrics("127.0.0.1:0", reg, nil, zaptest.NewLogger(t))
+	m, err := ListenMetrics("127.0.0.1:0", reg, Probes{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func TestServeMetrics(t *testing.T) {
 	}
 
 	// A second server on the same address fails at once, naming the cause.
-	_, err = ListenMetrics(addr, reg, nil, nil)
+	_, err = ListenMetrics(addr, reg, Probes{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("second ListenMetrics on %s: %v, want address already in use", addr, err)
 	}

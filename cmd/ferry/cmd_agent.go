@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
@@ -40,6 +35,8 @@ type agentOptions struct {
 	keepLocal     int
 	metricsAddr   string
 	metricsChosen bool // --metrics-addr or FERRY_METRICS_ADDR given
+	readyTimeout  time.Duration
+	expectCommit  time.Duration
 	settle        time.Duration
 	rescan        time.Duration
 	poll          bool
@@ -115,6 +112,8 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 		keepLocal:       c.Int("keep-local"),
 		metricsAddr:     c.String("metrics-addr"),
 		metricsChosen:   c.IsSet("metrics-addr"),
+		readyTimeout:    c.Duration("ready-store-timeout"),
+		expectCommit:    c.Duration("expect-commit-every"),
 		settle:          c.Duration("settle"),
 		rescan:          c.Duration("rescan-interval"),
 		poll:            c.Bool("poll"),
@@ -183,8 +182,10 @@ func (o agentOptions) validate() error {
 		return usagef("--on-commit-timeout %v: must be positive", o.onCommitTimeout)
 	case o.expectedRanks < 0:
 		return usagef("--expected-ranks %d: must be 0 or more", o.expectedRanks)
-	case o.settle <= 0 || o.drainTimeout <= 0:
-		return usagef("--settle and --drain-timeout must be positive")
+	case o.settle <= 0 || o.drainTimeout <= 0 || o.readyTimeout <= 0:
+		return usagef("--settle, --drain-timeout and --ready-store-timeout must be positive")
+	case o.expectCommit < 0:
+		return usagef("--expect-commit-every %s: must be 0 (no expectation) or more", o.expectCommit)
 	case o.priority != "low" && o.priority != "normal":
 		return usagef("--priority %q: use low or normal", o.priority)
 	}
@@ -228,6 +229,8 @@ func runAgent(ctx context.Context, o agentOptions, stderr io.Writer) error {
 func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location, log *zap.Logger) error {
 	base, stateDir := agentStateDir(o, loc, log)
 	reg, metrics := agentMetrics()
+	metrics.SetInfo(control.Info{Version: version, Destination: loc.String(), Run: o.node.run})
+	metrics.SetExpectedCommitInterval(o.expectCommit)
 	var counters s3store.Counters
 	st, err := openLocation(ctx, o.remote, loc, log, o.concurrency,
 		func(op string) { counters.Count(op); metrics.Request(op) })
@@ -251,7 +254,8 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 		}
 		return fmt.Errorf("agent for %s: %w", loc, err)
 	}
-	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, log)
+	var ready readiness
+	ms, err := listenMetrics(o.metricsAddr, o.metricsChosen, reg, ready.probes(), log)
 	if err != nil {
 		return err
 	}
@@ -263,6 +267,7 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 	if err != nil {
 		return err
 	}
+	ready.agent.Store(a)
 	if o.controlGID >= 0 {
 		if err := agent.ShareControl(base, stateDir, o.controlGID); err != nil {
 			return fmt.Errorf("--control-group %s: %w", o.controlGroup, err)
@@ -300,88 +305,31 @@ func agentStateDir(o agentOptions, loc manifest.Location, log *zap.Logger) (base
 	return base, stateDir
 }
 
-// agentMetrics returns the agent's Prometheus registry and metrics. The
-// registry also holds the Go runtime's and the process's own figures
-// (go_goroutines, process_resident_memory_bytes, process_open_fds): what
-// shows a leak in an agent that runs for weeks (make soak reads them).
-func agentMetrics() (*prometheus.Registry, *control.Metrics) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg, control.NewMetrics(reg)
-}
-
 // agentConfig converts the flags into the agent's options, with the store
 // it writes through (bandwidth-capped) and what runAgentService set up.
 func (o agentOptions) agentConfig(st store.Store, loc manifest.Location, stateDir, metricsAddr string,
 	requests func() map[string]int64, metrics *control.Metrics, log *zap.Logger) agent.Options {
 	return agent.Options{
 		Store: st, Prefix: loc.Prefix, URL: loc.String(),
-		Detect:       o.detectOptions(),
-		WhenBehind:   o.whenBehind,
-		Pipeline:     o.pipeline,
-		Upload:       uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, DropCache: true, NoPack: o.noPack},
-		StateDir:     stateDir,
-		AllowEmpty:   o.allowEmpty,
-		MetricsAddr:  metricsAddr,
-		KeepLocal:    o.keepLocal,
-		KeepRemote:   o.keepRemote,
-		OnCommit:     agent.HookOptions{Cmd: o.onCommit, Timeout: o.onCommitTimeout},
-		Nodes:        o.node.nodes,
-		NodeRank:     o.node.rank,
-		Run:          o.node.run,
-		DrainTimeout: o.drainTimeout,
-		Requests:     requests,
-		Metrics:      metrics,
-		Logger:       log,
+		Detect:            o.detectOptions(),
+		WhenBehind:        o.whenBehind,
+		Pipeline:          o.pipeline,
+		Upload:            uploader.Options{PartSize: o.partSize, Concurrency: o.concurrency, DropCache: true, NoPack: o.noPack},
+		StateDir:          stateDir,
+		AllowEmpty:        o.allowEmpty,
+		MetricsAddr:       metricsAddr,
+		KeepLocal:         o.keepLocal,
+		KeepRemote:        o.keepRemote,
+		OnCommit:          agent.HookOptions{Cmd: o.onCommit, Timeout: o.onCommitTimeout},
+		Nodes:             o.node.nodes,
+		NodeRank:          o.node.rank,
+		Run:               o.node.run,
+		DrainTimeout:      o.drainTimeout,
+		ReadyStoreTimeout: o.readyTimeout,
+		Requests:          requests,
+		Metrics:           metrics,
+		Logger:            log,
 	}
-}
-
-// optionalMetrics is the metrics endpoint, or nil when it is off or no
-// address could be bound: metrics are optional and never stop uploads.
-type optionalMetrics struct{ *control.MetricsServer }
-
-func (m optionalMetrics) addr() string {
-	if m.MetricsServer == nil {
-		return ""
-	}
-	return m.Addr()
-}
-
-func (m optionalMetrics) close() {
-	if m.MetricsServer != nil {
-		_ = m.Close()
-	}
-}
-
-// listenMetrics binds the metrics address. An address the operator chose
-// that is taken fails the start, naming it: a scraper or health check
-// pointed there would read whatever process holds it as this agent's
-// answers. The default one taken (several agents on a node) is a warning,
-// naming both, and a free port on the same host, which `ferry status`
-// shows. Other failures disable metrics with a warning: they never stop
-// uploads.
-func listenMetrics(addr string, chosen bool, reg *prometheus.Registry, log *zap.Logger) (optionalMetrics, error) {
-	if addr == "" || addr == "off" {
-		return optionalMetrics{}, nil
-	}
-	health := func() error { return nil }
-	m, err := control.ListenMetrics(addr, reg, health, log)
-	if err == nil {
-		return optionalMetrics{m}, nil
-	}
-	if chosen && errors.Is(err, syscall.EADDRINUSE) {
-		return optionalMetrics{}, fmt.Errorf("metrics address %s is taken by another process (a scraper there would read its answers as this agent's): give a free one with --metrics-addr or FERRY_METRICS_ADDR, or off", addr)
-	}
-	host, _, serr := net.SplitHostPort(addr)
-	if serr == nil && !chosen {
-		if alt, aerr := control.ListenMetrics(net.JoinHostPort(host, "0"), reg, health, log); aerr == nil {
-			log.Warn("default metrics address taken; serving metrics on a free port instead (ferry status shows it; --metrics-addr chooses one)",
-				zap.String("wanted", addr), zap.String("addr", alt.Addr()), zap.Error(err))
-			return optionalMetrics{alt}, nil
-		}
-	}
-	log.Warn("metrics disabled: cannot listen; uploads go on", zap.String("addr", addr), zap.Error(err))
-	return optionalMetrics{}, nil
 }
 
 // watchdog pings systemd's watchdog (WatchdogSec) while the agent's loops

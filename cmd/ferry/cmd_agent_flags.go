@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/ferrylabs/ferry/agent"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/uploader"
@@ -26,7 +28,11 @@ func agentFlags() []cli.Flag {
 	flags = append(flags, []cli.Flag{
 		&cli.BoolFlag{Name: "peer-tls", EnvVars: []string{"FERRY_PEER_TLS"}, Usage: "with --serve-peers: serve over TLS, as restore --peer-tls"},
 		&cli.IntFlag{Name: "keep-local", EnvVars: []string{"FERRY_KEEP_LOCAL"}, Usage: "after a commit, delete local files of committed steps beyond the `N` newest (0: never delete)"},
-		&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics and /healthz `ADDR` (\"off\" disables)"},
+		&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics, /healthz and /readyz `ADDR` (\"off\" disables)"},
+		&cli.DurationFlag{Name: "ready-store-timeout", Value: agent.DefaultReadyStoreTimeout, EnvVars: []string{"FERRY_READY_STORE_TIMEOUT"},
+			Usage: "/readyz fails (503) once the store's requests have gone unanswered for this long (an idle agent asks nothing, and stays ready)"},
+		&cli.DurationFlag{Name: "expect-commit-every", Value: 2 * time.Hour, EnvVars: []string{"FERRY_EXPECT_COMMIT_EVERY"},
+			Usage: "how often a commit is expected, exported as ferry_expected_commit_interval_seconds for the FerryNoRecentCommit alert (deploy/monitoring; 0: no expectation)"},
 		&cli.DurationFlag{Name: "settle", Value: detect.DefaultSettle, EnvVars: []string{"FERRY_SETTLE"}, Usage: "how long a step's files must stay unchanged before upload"},
 		&cli.BoolFlag{Name: "close-write", Value: true, EnvVars: []string{"FERRY_CLOSE_WRITE"},
 			Usage: "a step whose writers closed its files is ready at once (Linux inotify); false: every step waits out --settle"},

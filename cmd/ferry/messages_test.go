@@ -127,14 +127,24 @@ func waitForPart(t *testing.T, srv *s3test.Server, url string) {
 	t.Fatal("no part reached the server within a minute")
 }
 
-// An unreachable endpoint: the retries show at info level after a few
-// seconds, and the error is one short line with the fix.
+// An unreachable endpoint: the retries show at warn level after a few
+// seconds (issue 48: an operator filtering on warnings must see them), and
+// the error is one short line with the fix.
 func TestCLIUnreachableEndpoint(t *testing.T) {
 	src := t.TempDir()
 	writeFile(t, filepath.Join(src, "model.pt"), randomBytes(1000, 9))
 	r := ferryEnv(t, []string{"AWS_ACCESS_KEY_ID=a", "AWS_SECRET_ACCESS_KEY=b", "AWS_REGION=us-east-1"},
 		"push", "--to", "s3://bkt/run", "--step", "1", "--endpoint", "http://127.0.0.1:1", src).must(t, 1)
-	if !strings.Contains(r.stderr, "still retrying S3 requests") {
+	retrying := false
+	for line := range strings.SplitSeq(r.stderr, "\n") {
+		if strings.Contains(line, "still retrying S3 requests") {
+			retrying = true
+			if !strings.Contains(line, "\tWARN\t") {
+				t.Errorf("retry line not at warn level: %s", line)
+			}
+		}
+	}
+	if !retrying {
 		t.Errorf("no visible retry line before the error:\n%s", r.stderr)
 	}
 	want := "ferry: push step 1: cannot connect to http://127.0.0.1:1 (connection refused): check --endpoint or S3_ENDPOINT_URL, and that the server is up"

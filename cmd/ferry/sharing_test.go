@@ -166,7 +166,7 @@ func TestAgentMetricsAddressTaken(t *testing.T) {
 	// The default address taken: a free port, and a warning naming both.
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zap.WarnLevel)
-	m, err := listenMetrics(addr, false, reg, zap.New(core))
+	m, err := listenMetrics(addr, false, reg, control.Probes{}, zap.New(core))
 	if err != nil || m.MetricsServer == nil || m.addr() == addr {
 		t.Fatalf("default address taken: %v, serving at %q; want a free port", err, m.addr())
 	}

@@ -75,10 +75,12 @@ func (c *Counters) Ops() []string {
 // attemptMiddleware sits in the finalize step just inside the retry loop, so
 // it sees every HTTP attempt: each one is billed by the provider.
 //
-// Failed attempts are logged at debug level, and at info level once
+// Failed attempts are logged at debug level, and at warn level once
 // failures have gone on for retryVisibleAfter without a success (at most
 // every retryVisibleEvery): an unreachable endpoint is retried for many
 // seconds before the error surfaces, and a user must see why nothing moves.
+// An idle timeout (a dead link) is logged each time, at info level the
+// first time in a row and at warn level after.
 type attemptMiddleware struct {
 	onRequest func(op string)
 	log       *zap.Logger
@@ -158,12 +160,16 @@ func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.Fi
 		// SDK errors carry the operation, status and request ID, never
 		// credentials: requests are signed in headers, not in URLs.
 		var idle *IdleTimeoutError
-		if errors.As(err, &idle) {
+		switch {
+		case errors.As(err, &idle) && streak == 0:
 			// A dead link is worth a line each time: it costs IdleTimeout.
 			m.log.Info("S3 request timed out; retrying", zap.String("op", op), zap.Error(err))
-		} else if show {
-			m.log.Info("still retrying S3 requests", zap.String("op", op), zap.String("failing_for", streak.Round(time.Second).String()), zap.Error(err))
-		} else {
+		case errors.As(err, &idle):
+			// Not the first failure in a row: an operator should hear it.
+			m.log.Warn("S3 request timed out; retrying", zap.String("op", op), zap.String("failing_for", streak.Round(time.Second).String()), zap.Error(err))
+		case show:
+			m.log.Warn("still retrying S3 requests", zap.String("op", op), zap.String("failing_for", streak.Round(time.Second).String()), zap.Error(err))
+		default:
 			m.log.Debug("s3 request attempt failed", zap.String("op", op), zap.Error(err))
 		}
 	}
