@@ -155,7 +155,7 @@ func rankOf(s *stagedFile) int {
 // placeStaged renames one staged entry over its final path, keeping a
 // hard link to what the path held so that takeBack can put it back.
 func (r *restorer) placeStaged(s *stagedFile) error {
-	name := s.rel
+	var name string
 	if s.job != nil {
 		name = s.job.file.Path
 	} else {

@@ -189,34 +189,8 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Event) error {
 		return errors.New("detect: Run is already running")
 	}
 	defer w.running.Store(false)
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	interval := w.opts.Rescan
-	if w.opts.Poll {
-		interval = w.opts.PollInterval
-	} else {
-		fsw, err := fsnotify.NewWatcher()
-		if err != nil {
-			w.log.Warn("fsnotify unavailable; polling instead", zap.Error(err), zap.Duration("interval", w.opts.PollInterval))
-			interval = w.opts.PollInterval
-		} else {
-			w.fsw = fsw
-			events, errs = fsw.Events, fsw.Errors
-			if fs := remoteFS(w.tree.root); fs != "" {
-				w.remote = true
-				w.log.Info("fsnotify sees only this host's writes on this filesystem; other hosts' writes are found at rescans (or use polling)",
-					zap.String("dir", w.tree.root), zap.String("filesystem", fs), zap.Duration("rescan", interval))
-			}
-			defer func() {
-				fsw.Close()
-				w.fsw = nil
-			}()
-			if w.opts.CloseWrite {
-				stop := w.startCloseWatch()
-				defer stop()
-			}
-		}
-	}
+	events, errs, interval, stop := w.startNotify()
+	defer stop()
 	l := &loop{w: w, ctx: ctx, out: out, dirty: map[string]struct{}{}, created: map[string]bool{}}
 	l.debounce = stoppedTimer()
 	l.settle = stoppedTimer()

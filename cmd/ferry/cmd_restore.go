@@ -267,23 +267,28 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	case err != nil:
 		return sum, fmt.Errorf("restore from %s: %w", loc, err)
 	}
+	err = o.summarize(&sum, res, time.Since(start), log)
+	return sum, err
+}
+
+// summarize fills sum from a restore's result, and names (or sets aside)
+// step folders newer than the one restored.
+func (o *restoreOptions) summarize(sum *restoreSummary, res restore.Result, took time.Duration, log *zap.Logger) error {
 	sum.Step, sum.Files, sum.Kept, sum.Downloaded, sum.Direct = res.Step, res.Files, res.Kept, res.Downloaded, res.Direct
 	if res.Plan != nil {
 		sum.DryRun = &dryRunSummary{Plan: *res.Plan, CostUSD: r2cost.Requests(sum.Requests) + r2cost.Reads(res.Plan.GETs)}
 	}
-	sum.Bytes, sum.BytesDownloaded, sum.Seconds = res.Bytes, res.BytesDownloaded, time.Since(start).Seconds()
+	sum.Bytes, sum.BytesDownloaded, sum.Seconds = res.Bytes, res.BytesDownloaded, took.Seconds()
 	if res.Selection != nil {
 		sum.Selection = fmt.Sprintf("node %d of %d: %s", o.nodeRank, o.nodes, res.Selection)
 	}
 	log.Info("restore finished", zap.Int64("step", sum.Step), zap.Int("files", sum.Files), zap.Int64("bytes_downloaded", sum.BytesDownloaded))
-	if sum.DryRun == nil {
-		newer, err := handleNewer(o.to, sum.Step, o.setAsideNewer, log)
-		sum.NewerLocal = newer
-		if err != nil {
-			return sum, err
-		}
+	if sum.DryRun != nil {
+		return nil
 	}
-	return sum, nil
+	newer, err := handleNewer(o.to, sum.Step, o.setAsideNewer, log)
+	sum.NewerLocal = newer
+	return err
 }
 
 // lazyBar is the restore's progress display: the total is known only once

@@ -154,10 +154,6 @@ func Decode(data []byte, lim Limits) (any, error) {
 	return v, nil
 }
 
-type markT struct{}
-
-var mark = markT{}
-
 type decoder struct {
 	in      []byte
 	pos, at int
