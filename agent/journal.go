@@ -204,7 +204,8 @@ func (j *journal) lastCommitTime() time.Time {
 	return last
 }
 
-// lastCommitted returns the highest committed step known locally, or -1.
+// lastCommitted returns the highest committed step known (the journal,
+// this run's commits, the bucket at start), or -1.
 func (a *Agent) lastCommitted() int64 {
 	last := int64(-1)
 	for _, e := range a.journal.entries() {
@@ -217,6 +218,11 @@ func (a *Agent) lastCommitted() int64 {
 		if e.status.State == control.StateCommitted {
 			last = max(last, n)
 		}
+	}
+	// Steps the bucket held when the agent started count too: an agent
+	// started on a folder `ferry restore` filled knows its step committed.
+	for n := range a.remote {
+		last = max(last, n)
 	}
 	a.mu.Unlock()
 	return last
