@@ -45,6 +45,9 @@ type plan struct {
 	mkdir []string  // directories to create (root-relative), parents first
 	files []fileJob // in manifest order
 	links []linkJob
+	// dangling names the links ("path -> target") whose target neither the
+	// step nor the target folder holds: a link into another step.
+	dangling []string
 }
 
 // makePlan checks every path the restore would write and resolves it to a
@@ -290,9 +293,14 @@ func (p *plan) checkLinkTargets(files map[string]bool, links map[string]string, 
 		if path.IsAbs(l.link.Target) || strings.ContainsAny(l.link.Target, "\\\x00") {
 			return fmt.Errorf("%s: link target %q is not a relative path", l.link.Path, l.link.Target)
 		}
-		_, err := linkwalk.Walk{Lookup: after, Under: under}.Resolve(linkwalk.Parent(filepath.ToSlash(l.rel)), l.link.Target, false)
+		got, err := linkwalk.Walk{Lookup: after, Under: under}.Resolve(linkwalk.Parent(filepath.ToSlash(l.rel)), l.link.Target, false)
 		if err != nil && !errors.Is(err, linkwalk.ErrNotDir) {
 			return fmt.Errorf("%s: link target %q %w", l.link.Path, l.link.Target, err)
+		}
+		if err == nil {
+			if k, _, lerr := after(got); lerr == nil && k == linkwalk.Missing {
+				p.dangling = append(p.dangling, l.link.Path+" -> "+l.link.Target)
+			}
 		}
 	}
 	return nil

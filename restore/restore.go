@@ -170,6 +170,10 @@ type Result struct {
 	Direct int
 	// Symlinks is the number of manifest symlinks in place.
 	Symlinks int
+	// Dangling names the links placed ("path -> target") whose target
+	// neither the step nor the target folder holds (a link into another
+	// step): each was warned about before anything was placed.
+	Dangling []string
 	// Bytes is the size of the selected files; BytesDownloaded counts the
 	// bytes actually fetched, retries included.
 	Bytes, BytesDownloaded int64
@@ -294,6 +298,11 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rt
 		}
 		r.store = st
 	}
+	for _, d := range p.dangling {
+		r.log.Warn("a link of the step points at a file neither the step nor the target folder holds: it dangles until that file is there (a link into another step: restore that step too, or save the file in this one)",
+			zap.Int64("step", m.Step), zap.String("link", d))
+	}
+	res.Dangling = p.dangling
 	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),
 		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))
 

@@ -3,8 +3,10 @@ package detect
 import (
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -162,6 +164,27 @@ func (e *engine) blockedByFiles(c *Candidate) string {
 	return unrecordable(c)
 }
 
+// warnOutsideStep warns, once per link, about a link of a step folder
+// whose target lies outside that folder (step-200/frozen.bin ->
+// ../step-100/frozen.bin): the step records the link, not the file, so a
+// restore of the step alone places a dangling link (restore warns too).
+func (e *engine) warnOutsideStep(root string, l Symlink) {
+	if root == "" || !strings.HasPrefix(l.RelPath, root+"/") {
+		return
+	}
+	target := path.Join(parent(l.RelPath), l.Target)
+	if strings.HasPrefix(target, root+"/") {
+		return
+	}
+	key := "outside\x00" + l.RelPath + "\x00" + l.Target
+	if e.warned[key] {
+		return
+	}
+	e.warned[key] = true
+	e.log.Warn("a link of the step points outside its folder: the step records the link, not the file, so a restore of this step alone places a dangling link; save the file in the step",
+		zap.String("link", l.RelPath), zap.String("target", l.Target), zap.String("step_folder", root))
+}
+
 // build returns the step to report: the layout's step plus links in the
 // root that point into it, every link checked (kept only if it resolves
 // inside the root), all lists sorted.
@@ -177,6 +200,7 @@ func (e *engine) build(c *Candidate) Step {
 		}
 		seen[l.RelPath] = true
 		if l, ok := e.checkLink(l); ok {
+			e.warnOutsideStep(s.Root, l)
 			links = append(links, l)
 		}
 	}

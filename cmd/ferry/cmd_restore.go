@@ -114,6 +114,9 @@ type restoreSummary struct {
 	// NewerLocal are folders of the target named as steps newer than the
 	// one restored, which this restore did not place (restore_newer.go).
 	NewerLocal []newerStep `json:"newer_local,omitempty"`
+	// Dangling are the links placed whose target neither the step nor
+	// the target folder holds ("path -> target").
+	Dangling []string `json:"dangling_links,omitempty"`
 }
 
 // dryRunSummary is restore --dry-run's plan and what its requests cost.
@@ -168,6 +171,9 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
 	}
 	printNewer(stdout, sum.Step, sum.NewerLocal)
+	for _, d := range sum.Dangling {
+		fmt.Fprintf(stdout, "warning: link %s dangles: step %d does not hold its target and %s did not; restore that step too, or save the file in this one\n", d, sum.Step, o.to)
+	}
 	if p := sum.Peers; p != nil {
 		fmt.Fprintf(stdout, "with %d peers: %s from the bucket (%d ranges that a peer did not serve), %s from peers, %s served to them\n",
 			p.Joined, units.FormatBytes(p.BucketBytes), p.Fallbacks, units.FormatBytes(p.PeerBytes), units.FormatBytes(p.ServedBytes))
@@ -275,6 +281,7 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 // step folders newer than the one restored.
 func (o *restoreOptions) summarize(sum *restoreSummary, res restore.Result, took time.Duration, log *zap.Logger) error {
 	sum.Step, sum.Files, sum.Kept, sum.Downloaded, sum.Direct = res.Step, res.Files, res.Kept, res.Downloaded, res.Direct
+	sum.Dangling = res.Dangling
 	if res.Plan != nil {
 		sum.DryRun = &dryRunSummary{Plan: *res.Plan, CostUSD: r2cost.Requests(sum.Requests) + r2cost.Reads(res.Plan.GETs)}
 	}
