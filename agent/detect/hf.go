@@ -34,6 +34,8 @@ import (
 type hfLayout struct {
 	log     *zap.Logger
 	indexes map[recordKey]indexRead // hfindex.go
+	// warnedRoot holds the root files already warned about.
+	warnedRoot map[string]bool
 }
 
 var hfDir = regexp.MustCompile(`^checkpoint-(\d+)$`)
@@ -60,7 +62,29 @@ func (l *hfLayout) Steps(t *Tree) []Candidate {
 		c.Ranks, c.Proof = hfRanks(&c)
 		out = append(out, c)
 	}
+	l.warnRootFiles(t)
 	return out
+}
+
+// warnRootFiles warns, once per name, about files in the watch dir's root:
+// they belong to no checkpoint-N step and are never uploaded. The
+// Trainer's final save_model() (model weights, config, tokenizer) writes
+// there when output_dir is the watched folder.
+func (l *hfLayout) warnRootFiles(t *Tree) {
+	if l.log == nil {
+		return
+	}
+	for _, e := range t.Children("") {
+		if !e.IsRegular() || IsTempName(e.Name()) || l.warnedRoot[e.Name()] {
+			continue
+		}
+		if l.warnedRoot == nil {
+			l.warnedRoot = map[string]bool{}
+		}
+		l.warnedRoot[e.Name()] = true
+		l.log.Warn("a file in the watch dir's root belongs to no checkpoint-N step and is not uploaded (the Trainer's final save_model() writes there): push the final model with `ferry push --step N DIR`, or save it into a checkpoint-N folder",
+			zap.String("file", e.Path))
+	}
 }
 
 // hfCovered reports whether trainer_state.json vouches for a file: every

@@ -302,3 +302,31 @@ func TestHFIndexSpecifiesShards(t *testing.T) {
 		t.Fatalf("unreadable index: %s", c.Waiting)
 	}
 }
+
+// TestHFRootFilesWarned: the Trainer's final save_model() into output_dir
+// (the watched folder) belongs to no checkpoint-N step; the agent says so
+// once per file instead of saying nothing.
+func TestHFRootFilesWarned(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "checkpoint-100/model.safetensors", "x")
+	write(t, dir, "checkpoint-100/trainer_state.json", "{}")
+	write(t, dir, "model.safetensors", "final")
+	write(t, dir, "config.json", "{}")
+	age(t, dir)
+	core, logs := observer.New(zapcore.WarnLevel)
+	w := newWatcher(t, Options{Dir: dir, Layout: "hf", Logger: zap.New(core)})
+	e, err := newEngine(w.opts, w.openCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := e.rescan(nil); err != nil {
+			t.Fatal(err)
+		}
+		e.candidates()
+	}
+	warned := logs.FilterMessageSnippet("belongs to no checkpoint-N step").All()
+	if len(warned) != 2 {
+		t.Fatalf("%d warnings, want one per root file (2): %v", len(warned), logs.All())
+	}
+}
