@@ -175,7 +175,11 @@ func pendingName(p detect.Pending) string {
 func (a *Agent) stuckError(stuck []detect.Pending) ([]int64, error) {
 	var why []string
 	for _, p := range stuck {
-		why = append(why, pendingName(p)+" waits: "+p.Reason)
+		w := pendingName(p) + " waits: " + p.Reason
+		if p.Hint != "" && p.Hint != "see ferry status" {
+			w += " (" + p.Hint + ")"
+		}
+		why = append(why, w)
 	}
 	if u := a.watcher.Unrecognized(); u != "" {
 		why = append(why, u)

@@ -94,6 +94,9 @@ type Pending struct {
 	// marker no rank can satisfy. Once it has waited a settle window,
 	// flush reports it rather than calling the run durable.
 	Declared bool `json:"declared,omitempty"`
+	// Hint says what the operator can do about a declared step that
+	// waits, for flush's answer.
+	Hint string `json:"hint,omitempty"`
 	// Since is when its files were last seen changing.
 	Since time.Time `json:"since"`
 }
@@ -222,6 +225,12 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 		// optimizer states) is one a rank did not finish, as is one with
 		// a temporary name or a torn file: not declared.
 		p.Declared = c.Finished && c.Held == "" && len(c.Temps) == 0 && !strings.HasPrefix(why, "file ")
+		// The framework's record is there and its bytes disagree with it:
+		// the trainer declared a save that is not what it recorded.
+		p.Declared = p.Declared || strings.HasPrefix(c.Waiting, "record: ")
+		if p.Declared {
+			p.Hint = stuckHint(c, why)
+		}
 		if warnAt := since.Add(e.opts.Settle); now.Before(warnAt) {
 			return &p, warnAt // wake then to warn if it still waits
 		}
