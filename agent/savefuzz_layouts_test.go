@@ -107,6 +107,8 @@ func fuzzLayouts() []fuzzLayout {
 		composerFuzzLayout(),
 		flatFuzzLayout(),
 		flatCounterFuzzLayout(),
+		nemoFuzzLayout(),
+		lightningFuzzLayout(),
 	}
 }
 
@@ -123,8 +125,7 @@ func saveDCP(f *fz, n int64) {
 		f.file(fmt.Sprintf("%s/__%d_0.distcp", w, r))
 		f.sleep(f.gap())
 	}
-	f.text(w+"/.metadata.tmp", fmt.Sprintf("metadata of step %d, %d", n, f.rng.Int63()))
-	f.rename(w+"/.metadata.tmp", w+"/.metadata")
+	f.dcpRecord(w)
 	if w != dir {
 		f.rename(w, dir)
 	}
@@ -148,13 +149,21 @@ func saveHF(f *fz, n int64) {
 		}
 		return fmt.Sprintf("%s/rng_state_%d.pth", dir, r)
 	}
-	f.file(rng(0))
 	late := []int{}
-	for r := 1; r < len(ranks); r++ {
-		if f.rng.Intn(2) == 0 {
-			f.file(rng(r))
-		} else {
+	if f.rng.Intn(3) == 0 {
+		// transformers <= 4.35: trainer_state.json, then every process's
+		// RNG state (Trainer._save_checkpoint).
+		for r := range len(ranks) {
 			late = append(late, r)
+		}
+	} else {
+		f.file(rng(0))
+		for r := 1; r < len(ranks); r++ {
+			if f.rng.Intn(2) == 0 {
+				f.file(rng(r))
+			} else {
+				late = append(late, r)
+			}
 		}
 	}
 	f.text(dir+"/trainer_state.json", fmt.Sprintf(`{"global_step": %d, "nonce": %d}`, n, f.rng.Int63()))

@@ -78,6 +78,9 @@ const (
 	// NeMo itself deletes checkpoints that still have one.
 	nemoUnfinished = "-unfinished"
 	nemoEMA        = "-EMA"
+	// lightningSuffix ends the folder Lightning's FSDP and ModelParallel
+	// strategies save a sharded checkpoint into ("epoch=0-step=100.ckpt").
+	lightningSuffix = ".ckpt"
 )
 
 func (*dcpLayout) Name() string { return "dcp" }
@@ -133,6 +136,12 @@ func (l *dcpLayout) Steps(t *Tree) []Candidate {
 		}
 		c := folderStep(t, e.Path, n)
 		c.Finished, c.Proof = true, provenBy(c, folders)
+		if strings.HasSuffix(e.Name(), lightningSuffix) {
+			// Lightning writes rank 0's meta.pt after dcp.save returns:
+			// a marker vouches for the folder only once the settle
+			// window shows nothing more is coming.
+			c.Proof = ProofNone
+		}
 		for _, d := range folders {
 			l.requireMetadata(t, &c, d)
 		}
