@@ -69,6 +69,9 @@ type Options struct {
 	// writes, keeping the KeepRemote newest steps (prune.Policy.KeepLast,
 	// default grace periods). 0 never deletes anything remote.
 	KeepRemote int
+	// KeepRemoteEvery, when > 0, also keeps every step divisible by it
+	// (prune.Policy.KeepEvery), as ferry prune --keep-every does.
+	KeepRemoteEvery int64
 	// DrainTimeout bounds how long Run keeps uploading after its context
 	// is cancelled.
 	DrainTimeout time.Duration

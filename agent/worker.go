@@ -262,7 +262,7 @@ func (a *Agent) failForGoodLocked(e *entry, stage string, err error, msg string)
 // and retried after the next commit.
 func (a *Agent) pruneRemote(ctx context.Context) {
 	p, err := prune.Prune(ctx, prune.Options{Store: a.opts.Store, Prefix: a.opts.Prefix,
-		Policy: prune.Policy{KeepLast: a.opts.KeepRemote}, Logger: a.log})
+		Policy: prune.Policy{KeepLast: a.opts.KeepRemote, KeepEvery: a.opts.KeepRemoteEvery}, Logger: a.log})
 	if err != nil {
 		if ctx.Err() == nil {
 			a.opts.Metrics.Error("prune")
@@ -271,7 +271,14 @@ func (a *Agent) pruneRemote(ctx context.Context) {
 		return
 	}
 	if len(p.Pruned) > 0 || len(p.Objects) > 0 {
-		a.log.Info("keep-remote: pruned the bucket", zap.Int64s("steps", p.Pruned), zap.Int("objects", len(p.Objects)), zap.Int64("bytes", p.ObjectBytes))
+		// The pruned steps' objects go one grace period later
+		// (prune.Plan.Later): say so, or 0 bytes freed reads as a bug.
+		var later int64
+		for _, d := range p.Later {
+			later += d.Bytes
+		}
+		a.log.Info("keep-remote: pruned the bucket", zap.Int64s("steps", p.Pruned), zap.Int("objects", len(p.Objects)), zap.Int64("bytes", p.ObjectBytes),
+			zap.Int64("bytes_deleted_after_grace", later), zap.Duration("grace", prune.DefaultMinAge))
 	}
 }
 

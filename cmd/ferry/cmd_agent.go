@@ -49,12 +49,14 @@ type agentOptions struct {
 	drainTimeout time.Duration
 	node         nodeInfo
 	keepRemote   int
-	allowEmpty   bool
-	unsafeCond   bool
-	priority     string
-	closeWrite   bool
-	pipeline     bool
-	whenBehind   string
+	// keepRemoteEvery is --keep-remote-every (agent_retention.go).
+	keepRemoteEvery int64
+	allowEmpty      bool
+	unsafeCond      bool
+	priority        string
+	closeWrite      bool
+	pipeline        bool
+	whenBehind      string
 	// onCommit is the hook run after each commit, for onCommitTimeout.
 	onCommit        string
 	onCommitTimeout time.Duration
@@ -123,6 +125,7 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 		noMarker:        c.Bool("no-marker"),
 		drainTimeout:    c.Duration("drain-timeout"),
 		keepRemote:      c.Int("keep-remote"),
+		keepRemoteEvery: c.Int64("keep-remote-every"),
 		allowEmpty:      c.Bool("allow-empty"),
 		unsafeCond:      c.Bool(unsafeConditionalFlag),
 		priority:        c.String("priority"),
@@ -176,8 +179,8 @@ func (o agentOptions) validate() error {
 		return usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
 	case o.keepLocal < 0:
 		return usagef("--keep-local %d: must be 0 (keep everything) or more", o.keepLocal)
-	case o.keepRemote < 0:
-		return usagef("--keep-remote %d: must be 0 (keep everything) or more", o.keepRemote)
+	case checkKeepRemote(o.keepRemote, o.keepRemoteEvery) != nil:
+		return checkKeepRemote(o.keepRemote, o.keepRemoteEvery)
 	case o.onCommitTimeout <= 0:
 		return usagef("--on-commit-timeout %v: must be positive", o.onCommitTimeout)
 	case o.expectedRanks < 0:
@@ -320,6 +323,7 @@ func (o agentOptions) agentConfig(st store.Store, loc manifest.Location, stateDi
 		MetricsAddr:       metricsAddr,
 		KeepLocal:         o.keepLocal,
 		KeepRemote:        o.keepRemote,
+		KeepRemoteEvery:   o.keepRemoteEvery,
 		OnCommit:          agent.HookOptions{Cmd: o.onCommit, Timeout: o.onCommitTimeout},
 		Nodes:             o.node.nodes,
 		NodeRank:          o.node.rank,

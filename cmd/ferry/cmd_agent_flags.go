@@ -54,6 +54,7 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "on-commit", EnvVars: []string{"FERRY_ON_COMMIT"}, Usage: "shell `CMD` run (sh -c) after each step is committed, with FERRY_STEP, FERRY_DESTINATION (the run's URL), FERRY_FILES, FERRY_BYTES and FERRY_REVISION set; hooks run one at a time off the upload path, a few may wait and more are dropped with a warning; a failure is logged, never fatal (default: none)"},
 		&cli.DurationFlag{Name: "on-commit-timeout", Value: agent.DefaultHookTimeout, EnvVars: []string{"FERRY_ON_COMMIT_TIMEOUT"}, Usage: "kill an --on-commit hook (and its children) that runs longer than this"},
 		&cli.IntFlag{Name: "keep-remote", EnvVars: []string{"FERRY_KEEP_REMOTE"}, Usage: "after each commit it writes, prune the bucket to the `N` newest steps, as ferry prune --keep-last N (0: never delete)"},
+		&cli.Int64Flag{Name: "keep-remote-every", EnvVars: []string{"FERRY_KEEP_REMOTE_EVERY"}, Usage: "with --keep-remote, also keep every step divisible by `K`, as ferry prune --keep-every K (default: 0, none)"},
 	}...)
 	return append(flags, append(nodeFlags(), commonFlags()...)...)
 }

@@ -24,12 +24,16 @@ func newDoctorCommand() *cli.Command {
 		Description: commandDoc{
 			about: "Reads the agent's flags, environment and --config file, and prints one line per check: ok, warn or fail, " +
 				"with the fix. It writes a few scratch objects under the prefix (a multipart upload of 10 MiB among them) and " +
-				"deletes them again. With --quiet it prints only the checks that warn or fail.",
+				"deletes them again. With --quiet it prints only the checks that warn or fail. --from RUN adds the run's health, " +
+				"read only: the newest restorable step (manifests validate, objects present with their sizes, damage records " +
+				"honoured; ferry verify --newest-restorable --read-data reads the bytes), node parts of steps never committed and " +
+				"multipart uploads never finished older than --stale-after, and the steps recorded damaged.",
 			examples: []string{"ferry doctor --watch /nvme/ckpt --to s3://my-bucket/run",
-				"ferry doctor --quiet   # in a job script: only the checks that warn or fail, nothing when all pass"},
+				"ferry doctor --quiet   # in a job script: only the checks that warn or fail, nothing when all pass",
+				"ferry doctor --watch /nvme/ckpt --to s3://my-bucket/run --from s3://my-bucket/run   # and the run's health"},
 			exits: []string{"0 every check is ok (warnings allowed)", "1 a check failed (its line says the fix)", exit2},
 		}.String(),
-		Flags:  append(agentFlags(), &cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"}),
+		Flags:  append(agentFlags(), append(doctorHealthFlags(), &cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"})...),
 		Before: func(c *cli.Context) error { return applyConfigFile(c, c.String("config")) },
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
@@ -39,7 +43,16 @@ func newDoctorCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return runDoctor(c.Context, o, c.Bool("json"), c.App.Writer, c.App.ErrWriter)
+			d := doctorOptions{json: c.Bool("json"), from: c.String("from"), staleAfter: c.Duration("stale-after")}
+			if d.staleAfter <= 0 {
+				return usagef("--stale-after %s: must be positive", d.staleAfter)
+			}
+			if d.from != "" {
+				if _, err := parseLocation("from", d.from); err != nil {
+					return err
+				}
+			}
+			return runDoctor(c.Context, o, d, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
@@ -51,7 +64,7 @@ func (e doctorFailed) Error() string {
 	return fmt.Sprintf("doctor: %d of %d checks failed (see the lines marked fail)", e.failed, e.total)
 }
 
-func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr io.Writer) error {
+func runDoctor(ctx context.Context, o agentOptions, d doctorOptions, stdout, stderr io.Writer) error {
 	switch {
 	case o.watch == "":
 		return usagef("--watch is required (the checkpoint directory the agent would watch)")
@@ -96,8 +109,11 @@ func runDoctor(ctx context.Context, o agentOptions, asJSON bool, stdout, stderr 
 		rs = doctor.Remote(ctx, cfg)
 	}
 	rs = append(rs, doctor.Local(ctx, cfg)...)
+	if d.from != "" {
+		rs = append(rs, runHealth(ctx, o.remote, d, log)...)
+	}
 	switch {
-	case asJSON:
+	case d.json:
 		err = doctor.PrintJSON(stdout, rs)
 	case o.remote.Quiet:
 		err = doctor.PrintProblems(stdout, rs)

@@ -31,7 +31,10 @@ func newPruneCommand() *cli.Command {
 			about: "Deletes the manifests of steps outside the policy (--keep-last N, plus every --keep-every K), then the " +
 				"objects no kept manifest references once older than --min-age, then node parts and multipart uploads " +
 				"abandoned for --abandoned-after. Never an object a kept manifest or a step still uploading needs: safe while " +
-				"agents upload, as long as --min-age exceeds the longest push of one node. --dry-run prints what a real run deletes.",
+				"agents upload, as long as --min-age exceeds the longest push of one node. --dry-run prints what a real run deletes. " +
+				"So the objects of the steps a run prunes stay until --min-age has passed (a run with the default 24h frees no " +
+				"bytes of them): each run, dry or not, ends with the lines `later:` saying what becomes deletable and from when; " +
+				"running prune again then frees it.",
 			examples: []string{"ferry prune --from s3://my-bucket/run --keep-last 3 --keep-every 10000 --dry-run"},
 			exits:    []string{"0 pruned (or nothing to prune)", exit1, exit2},
 		}.String(),
@@ -121,6 +124,7 @@ func runPrune(ctx context.Context, o pruneOptions, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "%s: kept steps %v; pruned steps %v; %s %d objects (%s), %d node parts, %d expired tombstones, %d multipart uploads\n",
 		loc, plan.Kept, plan.Pruned, verb, len(plan.Objects), units.FormatBytes(plan.ObjectBytes), len(plan.Parts), len(plan.ExpiredTombstones), len(plan.Uploads))
+	printLater(stdout, plan.Later, o.minAge, time.Now())
 	return nil
 }
 

@@ -33,6 +33,8 @@ type verifyOptions struct {
 	// of that step instead of verifying.
 	markDamaged  bool
 	clearDamaged int64
+	// newest looks for the newest restorable step (verify_newest.go).
+	newest bool
 }
 
 func newVerifyCommand() *cli.Command {
@@ -46,14 +48,17 @@ func newVerifyCommand() *cli.Command {
 				"checks its bytes against the manifest's BLAKE3; --read-data-subset 10% does so for a random choice of files " +
 				"holding about that share of each step's bytes. Without them no byte is read: a changed byte goes unseen, and " +
 				"the output says what was checked. --mark-damaged records each damaged step in the bucket, as restore does when " +
-				"it finds one, so that restore --on-damaged previous skips it on every node; --clear-damaged N removes the record.",
+				"it finds one, so that restore --on-damaged previous skips it on every node; --clear-damaged N removes the record. " +
+				"--newest-restorable checks the committed steps newest first, as restore --on-damaged previous chooses, and prints " +
+				"the first that holds and each newer step skipped, with why: a step recorded damaged is skipped unread.",
 			env: "Its limits are its own, FERRY_VERIFY_CONCURRENCY and FERRY_VERIFY_BANDWIDTH: FERRY_CONCURRENCY and " +
 				"FERRY_BANDWIDTH, set for uploads, do not change it. FERRY_FROM is the run it reads.",
 			examples: []string{"ferry verify --from s3://my-bucket/run --last 3 --read-data-subset 10%",
 				"ferry verify --from s3://my-bucket/run --read-data --mark-damaged",
-				"ferry verify --from s3://my-bucket/run --clear-damaged 600"},
-			exits: []string{"0 every step checked holds (or, with --clear-damaged, the record is gone)",
-				"1 a step is not restorable as recorded: one line per problem (missing, wrong size, wrong hash, unreadable, manifest)",
+				"ferry verify --from s3://my-bucket/run --clear-damaged 600",
+				"ferry verify --from s3://my-bucket/run --newest-restorable --read-data --json"},
+			exits: []string{"0 every step checked holds (or, with --clear-damaged, the record is gone; with --newest-restorable, a restorable step was found, newer ones may have been skipped)",
+				"1 a step is not restorable as recorded: one line per problem (missing, wrong size, wrong hash, unreadable, manifest); with --newest-restorable, no committed step is restorable",
 				exit2, "3 nothing is committed at --from, or --step N is not committed"},
 		}.String(),
 		Flags: append([]cli.Flag{
@@ -67,6 +72,7 @@ func newVerifyCommand() *cli.Command {
 			&cli.StringFlag{Name: "bandwidth", EnvVars: []string{"FERRY_VERIFY_BANDWIDTH"}, Usage: "cap the read rate of --read-data, e.g. 800MiB/s (default: unlimited)"},
 			&cli.IntFlag{Name: "concurrency", EnvVars: []string{"FERRY_VERIFY_CONCURRENCY"}, Value: verify.DefaultConcurrency, Usage: "most ranged GETs in flight with --read-data"},
 			&cli.BoolFlag{Name: "mark-damaged", Usage: "record each step found damaged (an object missing, of the wrong size or hash, a manifest that does not validate) in the bucket, as restore does, so that every restore --on-damaged previous skips it"},
+			&cli.BoolFlag{Name: "newest-restorable", Usage: "find the newest committed step restorable as checked (sizes, or bytes with --read-data), skipping steps recorded damaged unread, and print it with each newer step skipped and why"},
 			&cli.Int64Flag{Name: "clear-damaged", Value: -1, Usage: "remove the bucket's record that step `N` is damaged (once it is repaired), and check nothing (default: none)"},
 		}, commonFlags()...),
 		Action: func(c *cli.Context) error {
@@ -83,7 +89,10 @@ func newVerifyCommand() *cli.Command {
 func readVerifyOptions(c *cli.Context) (verifyOptions, error) {
 	o := verifyOptions{remote: readRemoteOptions(c), from: c.String("from"), step: c.Int64("step"), last: c.Int("last"),
 		all: c.Bool("all"), json: c.Bool("json"), concurrency: c.Int("concurrency"),
-		markDamaged: c.Bool("mark-damaged"), clearDamaged: c.Int64("clear-damaged")}
+		markDamaged: c.Bool("mark-damaged"), clearDamaged: c.Int64("clear-damaged"), newest: c.Bool("newest-restorable")}
+	if o.newest && (c.IsSet("step") || c.IsSet("last") || c.IsSet("all") || c.IsSet("clear-damaged")) {
+		return o, usagef("--newest-restorable checks the committed steps newest first: give it without --step, --last, --all or --clear-damaged")
+	}
 	if c.IsSet("clear-damaged") && (o.clearDamaged < 0 || o.markDamaged) {
 		return o, usagef("--clear-damaged N: want a step number, 0 or more, without --mark-damaged")
 	}
@@ -137,6 +146,9 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) e
 	}
 	if o.clearDamaged >= 0 {
 		return clearDamaged(ctx, st, loc, o.clearDamaged, stdout)
+	}
+	if o.newest {
+		return runNewestRestorable(ctx, o, st, loc, &counters, stdout)
 	}
 	steps, err := stepsToVerify(ctx, st, loc, o)
 	if err != nil {

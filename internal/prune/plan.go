@@ -30,6 +30,10 @@ type planner struct {
 	// of them references it, and, found once by the LIST of objects, is
 	// deleted once when none does.
 	keep map[string]bool
+	// graced is every other object key a pruned manifest or a young
+	// tombstone references, with the time the grace period ends for it:
+	// kept now, deleted by a prune run after that (Plan.Later).
+	graced map[string]time.Time
 	// liveSteps are uncommitted steps with live node parts: everything
 	// under their data prefix stays.
 	liveSteps map[int64]bool
@@ -43,7 +47,7 @@ func MakePlan(ctx context.Context, opts Options) (*Plan, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	pl := &planner{opts: opts, now: opts.Now(), keep: map[string]bool{}, liveSteps: map[int64]bool{}}
+	pl := &planner{opts: opts, now: opts.Now(), keep: map[string]bool{}, graced: map[string]time.Time{}, liveSteps: map[int64]bool{}}
 	p := &Plan{tombstoneData: map[string][]byte{}}
 	committed, err := pl.manifests(ctx, p)
 	if err != nil {
@@ -108,7 +112,11 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 			return fmt.Errorf("prune: manifest of step %d (%s) is unreadable, so what it references is unknown; fix or remove it first: %w", step, key, err)
 		}
 		if committed[step] || protectPruned {
-			if err := pl.referenceManifest(ctx, m); err != nil {
+			var until time.Time // kept for good
+			if !committed[step] {
+				until = pl.now.Add(pl.opts.MinAge) // its new tombstone's grace
+			}
+			if err := pl.referenceManifest(ctx, m, until); err != nil {
 				return fmt.Errorf("prune: manifest of step %d (%s): %w", step, key, err)
 			}
 		}
@@ -135,6 +143,7 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 	st, prefix := pl.opts.Store, pl.opts.Prefix
 	var young []string
+	ends := map[string]time.Time{} // young tombstone -> end of its grace
 	err := st.List(ctx, manifest.PrunedPrefix(prefix), "", 0, func(o store.ObjectInfo) error {
 		if _, ok := manifest.StepFromPrunedKey(prefix, o.Key); !ok {
 			return nil
@@ -146,6 +155,7 @@ func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 			p.ExpiredTombstones = append(p.ExpiredTombstones, o.Key)
 		} else {
 			young = append(young, o.Key)
+			ends[o.Key] = o.LastModified.Add(pl.opts.MinAge)
 		}
 		return nil
 	})
@@ -164,7 +174,7 @@ func (pl *planner) tombstones(ctx context.Context, p *Plan) error {
 		if err != nil {
 			return fmt.Errorf("prune: tombstone %s is unreadable: %w", key, err)
 		}
-		if err := pl.referenceManifest(ctx, m); err != nil {
+		if err := pl.referenceManifest(ctx, m, ends[key]); err != nil {
 			return fmt.Errorf("prune: tombstone %s: %w", key, err)
 		}
 		return nil
@@ -238,7 +248,7 @@ func (pl *planner) parts(ctx context.Context, p *Plan, committed map[int64]bool)
 		if err != nil {
 			return fmt.Errorf("prune: node part %s is unreadable: %w", key, err)
 		}
-		pl.reference(part.Files)
+		pl.reference(part.Files, time.Time{})
 		return nil
 	})
 }
@@ -248,10 +258,13 @@ func (pl *planner) objects(ctx context.Context, p *Plan) error {
 	st, prefix := pl.opts.Store, pl.opts.Prefix
 	dp := manifest.DataPrefix(prefix)
 	err := st.List(ctx, dp, "", 0, func(o store.ObjectInfo) error {
-		if pl.keep[o.Key] || pl.now.Sub(o.LastModified) < pl.opts.MinAge {
+		if pl.keep[o.Key] {
 			return nil
 		}
 		if step, ok := stepOfDataKey(dp, o.Key); ok && pl.liveSteps[step] {
+			return nil
+		}
+		if pl.later(p, o) {
 			return nil
 		}
 		p.Objects = append(p.Objects, o.Key)
@@ -302,25 +315,37 @@ func stepOfDataKey(dataPrefix, key string) (int64, bool) {
 // referenceManifest keeps what a manifest references: its files' objects
 // and, for a sharded manifest, its shards (read to learn its files; a
 // shard that cannot be read stops the prune: what it references is unknown).
-func (pl *planner) referenceManifest(ctx context.Context, m *manifest.Manifest) error {
+// A zero until keeps them for good; else until the grace period ends then.
+func (pl *planner) referenceManifest(ctx context.Context, m *manifest.Manifest, until time.Time) error {
 	full, err := remote.Resolve(ctx, pl.opts.Store, pl.opts.Prefix, m, nil)
 	if err != nil {
 		return err
 	}
-	pl.reference(full.Files)
+	pl.reference(full.Files, until)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, sh := range m.Shards {
-		pl.keep[sh.Key] = true
+		pl.keepLocked(sh.Key, until)
 	}
 	return nil
 }
 
-func (pl *planner) reference(files []manifest.File) {
+func (pl *planner) reference(files []manifest.File, until time.Time) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, f := range files {
-		pl.keep[f.Key] = true
+		pl.keepLocked(f.Key, until)
+	}
+}
+
+// keepLocked keeps key for good (zero until) or until then, whichever
+// of the references so far keeps it longest.
+func (pl *planner) keepLocked(key string, until time.Time) {
+	switch {
+	case until.IsZero():
+		pl.keep[key] = true
+	case until.After(pl.graced[key]):
+		pl.graced[key] = until
 	}
 }
 

@@ -126,6 +126,11 @@ type Plan struct {
 	Uploads []store.Upload `json:"aborted_uploads"`
 	// ObjectBytes is the size of Objects.
 	ObjectBytes int64 `json:"object_bytes"`
+	// Later is what the grace period (MinAge) keeps now and a prune run
+	// after it deletes, on a bucket that does not change meanwhile: the
+	// objects of pruned steps (Why "pruned"), then those nothing
+	// references yet (Why "unreferenced"). It is deleted by no run before.
+	Later []Deferred `json:"later"`
 
 	tombstoneData map[string][]byte // tombstone key -> manifest bytes
 }
