@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -143,11 +142,8 @@ func New(opts Options) (*Agent, error) {
 	answers := &storeAnswers{}
 	opts.Store = answerStore{Store: opts.Store, answers: answers}
 	opts.Detect.Nodes = opts.Nodes
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("agent: create state dir: %w", err)
-	}
-	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("agent: state dir: %w", err)
+	if err := PrepareStateDir(opts.StateDir); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	if err := ClaimStateDir(opts.StateDir, opts.identity()); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)

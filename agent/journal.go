@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/safepath"
 	"github.com/ferrylabs/ferry/internal/statefile"
 )
 
@@ -70,7 +71,7 @@ type localFile struct {
 func openJournal(stateDir string) (*journal, error) {
 	path := filepath.Join(stateDir, "journal.json")
 	data := journalData{Version: 1}
-	raw, err := os.ReadFile(path)
+	raw, err := safepath.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
@@ -78,7 +79,7 @@ func openJournal(stateDir string) (*journal, error) {
 	default:
 		data = journalData{}
 		if err := json.Unmarshal(raw, &data); err != nil || data.Version != 1 {
-			return nil, fmt.Errorf("journal %s is damaged (%v); move it away to start over (committed steps are found in the bucket again)", path, err)
+			return nil, fmt.Errorf("journal %s is damaged (%s); move it away to start over (committed steps are found in the bucket again)", path, safepath.DecodeError(err))
 		}
 	}
 	return &journal{f: statefile.New(path, "journal", data, true)}, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/internal/atomicfile"
+	"github.com/ferrylabs/ferry/internal/safepath"
 )
 
 // State dir layout. Several agents share a node (one per job, or one per
@@ -84,7 +85,7 @@ type identityFile struct {
 // destination must never lend it its journal.
 func ClaimStateDir(dir string, id Identity) error {
 	path := filepath.Join(dir, identityFileName)
-	raw, err := os.ReadFile(path)
+	raw, err := safepath.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		raw, err := json.Marshal(identityFile{Identity: id, Created: time.Now().UTC()})
@@ -100,11 +101,38 @@ func ClaimStateDir(dir string, id Identity) error {
 	}
 	var have identityFile
 	if err := json.Unmarshal(raw, &have); err != nil {
-		return fmt.Errorf("state dir %s: %s is damaged (%v); remove the folder to start over (committed steps are found in the bucket again)", dir, identityFileName, err)
+		return fmt.Errorf("state dir %s: %s is damaged (%s); remove the folder to start over (committed steps are found in the bucket again)", dir, identityFileName, safepath.DecodeError(err))
 	}
 	if have.Identity != id {
 		return fmt.Errorf("state dir %s belongs to the agent of %s -> %s, not %s -> %s; use another --state-dir",
 			dir, have.Watch, have.Destination, id.Watch, id.Destination)
+	}
+	return nil
+}
+
+// PrepareStateDir makes dir (an agent's folder under its base state dir)
+// ready for its state, as ssh's StrictModes would trust it: before
+// anything is created or chmodded, every folder from / down to dir must
+// belong to the agent's user or root and be writable by no one else (a
+// root-owned sticky parent such as /tmp excepted), and no component may be
+// a symbolic link. Missing folders are created 0700; dir itself is made
+// 0700 through its open descriptor, so a link or a swapped folder never
+// receives the chmod.
+func PrepareStateDir(dir string) error {
+	f, err := safepath.MkdirAll(dir, os.Geteuid())
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("state dir %s belongs to user %d, not to the agent's (%d): give --state-dir a folder of the agent's own", dir, st.Uid, os.Geteuid())
+	}
+	if err := f.Chmod(0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	return nil
 }
@@ -138,7 +166,7 @@ func FindAgents(base string) ([]AgentDir, error) {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
-		raw, err := os.ReadFile(filepath.Join(dir, identityFileName))
+		raw, err := safepath.ReadFile(filepath.Join(dir, identityFileName))
 		if err != nil {
 			continue // not an agent's folder, or one still being created
 		}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 
+	"github.com/ferrylabs/ferry/internal/safepath"
 	"github.com/ferrylabs/ferry/internal/statefile"
 )
 
@@ -73,7 +74,7 @@ type doneObject struct {
 // change.
 func openResumeState(path, owner string, newAttempt func() string) (*resumeState, error) {
 	var data stateData
-	raw, err := os.ReadFile(path)
+	raw, err := safepath.ReadFile(path)
 	switch {
 	case err == nil:
 		if jerr := json.Unmarshal(raw, &data); jerr != nil || data.Version != 1 || data.Owner != owner || data.Attempt == "" {

@@ -240,9 +240,13 @@ func runAgentService(ctx context.Context, o agentOptions, loc manifest.Location,
 	if err != nil {
 		return err
 	}
-	// Bind the control socket first: a second agent for the same watch
-	// dir and destination must fail here, before it touches the journal
-	// or the upload state.
+	// Trust the state dir (StrictModes) before anything is created or
+	// chmodded in it; then bind the control socket: a second agent for
+	// the same watch dir and destination must fail there, before it
+	// touches the journal or the upload state.
+	if err := agent.PrepareStateDir(stateDir); err != nil {
+		return err
+	}
 	ctl, err := control.Listen(control.SocketPath(stateDir), log)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/safepath"
 	"github.com/ferrylabs/ferry/internal/units"
 )
 
@@ -136,6 +137,11 @@ func stateDirCheck(dir string) Result {
 		}
 		existing = parent
 	}
+	// As the agent will: its folders go in <dir>/agents, so dir is judged
+	// as a parent (a root-owned sticky folder such as /tmp passes).
+	if err := safepath.Check(filepath.Join(dir, "agents"), os.Geteuid()); err != nil {
+		return unsafeStateDir(err)
+	}
 	f, err := os.CreateTemp(existing, ".ferry-doctor-*")
 	if err != nil {
 		return fail(check, "set --state-dir (FERRY_STATE_DIR) to a directory the agent's user can write", "%s cannot be written: %v", existing, err)
@@ -154,6 +160,16 @@ func stateDirCheck(dir string) Result {
 		return fail(check, "free space on the state dir's filesystem", "%s: only %s free", where, units.FormatBytes(free))
 	}
 	return ok(check, "%s writable, %s free (%s)", where, units.FormatBytes(free), fsName)
+}
+
+// unsafeStateDir is the state dir check's verdict on a path the agent
+// would refuse to keep its state in (safepath's StrictModes).
+func unsafeStateDir(err error) Result {
+	var p *safepath.Problem
+	if errors.As(err, &p) {
+		return fail("state dir", p.Fix, "%s: %s; the agent refuses to keep its state there", p.Path, p.Reason)
+	}
+	return fail("state dir", "set --state-dir (FERRY_STATE_DIR) to a folder of the agent's own", "%v", err)
 }
 
 func freeSpaceCheck(dir string) Result {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // filesystems names statfs f_type magic numbers; remote ones are those
@@ -113,15 +115,24 @@ func leaseCheck(dir string, closeWrite bool) Result {
 		}
 		return ok(check, "no file to try yet; the agent's user owns %s or has CAP_LEASE", dir)
 	}
-	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	// As the agent's own probe: beneath the watch dir, no link followed
+	// on the way, so a folder swapped for a link after the walk is not
+	// followed out of it.
+	d, err := confine.Open(dir)
 	if err != nil {
-		return warn(check, "make the trainer's files readable by the agent", "open %s: %v", file, err)
+		return warn(check, "make the watch dir readable by the agent", "%v", err)
 	}
-	defer unix.Close(fd)
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK)
+	defer d.Close()
+	f, err := d.OpenFile(filepath.ToSlash(file))
+	if err != nil {
+		return warn(check, "make the trainer's files readable by the agent", "%v", err)
+	}
+	defer f.Close()
+	file = f.Name()
+	_, err = unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_RDLCK)
 	switch {
 	case err == nil:
-		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+		_, _ = unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
 		return ok(check, "a read lease on %s is granted: close-write detection can prove a writer is done", file)
 	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EBUSY):
 		return ok(check, "%s is open for writing right now; leases are allowed", file)
@@ -131,13 +142,16 @@ func leaseCheck(dir string, closeWrite bool) Result {
 	return warn(check, "", "a read lease on %s failed (%v): the filesystem may not support leases; steps wait out --settle", file, err)
 }
 
-// firstFile returns a regular file under dir, "" if none is found soon.
+// firstFile returns a regular file under dir (relative to it), "" if
+// none is found soon.
 func firstFile(dir string) string {
 	found, seen := "", 0
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		seen++
 		if err == nil && d.Type().IsRegular() {
-			found = p
+			if rel, err := filepath.Rel(dir, p); err == nil {
+				found = rel
+			}
 			return filepath.SkipAll
 		}
 		if seen > 10000 {

@@ -1,6 +1,8 @@
 package peer
 
 import (
+	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -37,6 +39,10 @@ const (
 // serverLimits are the peer server's limits; tests make them short.
 type serverLimits struct {
 	header time.Duration // to send a request's header (and body)
+	// first bounds the wait for a connection's first signed request
+	// (TLS handshake included): an honest peer sends it at once, so a
+	// connection held open without one frees its slot sooner.
+	first time.Duration
 	idle   time.Duration // between requests on one connection
 	stall  time.Duration // for one write of an answer to complete
 	conns  int           // open connections at once
@@ -48,6 +54,9 @@ type serverLimits struct {
 func (l serverLimits) withDefaults() serverLimits {
 	if l.header <= 0 {
 		l.header = 10 * time.Second
+	}
+	if l.first <= 0 || l.first > l.header {
+		l.first = min(3*time.Second, l.header)
 	}
 	if l.idle <= 0 {
 		l.idle = 30 * time.Second
@@ -75,6 +84,7 @@ func newServer(h http.Handler, l serverLimits, wait time.Duration, open *atomic.
 		WriteTimeout:      wait + l.stall,
 		IdleTimeout:       l.idle,
 		MaxHeaderBytes:    16 << 10,
+		ConnContext:       withConn,
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			switch s {
 			case http.StateNew:
@@ -89,7 +99,7 @@ func newServer(h http.Handler, l serverLimits, wait time.Duration, open *atomic.
 // limitListener caps the connections accepted from ln at once, in all
 // and from each address.
 func limitListener(ln net.Listener, l serverLimits) net.Listener {
-	return netutil.LimitListener(&perAddrListener{Listener: ln, max: l.perAddr, open: map[string]int{}}, l.conns)
+	return netutil.LimitListener(&perAddrListener{Listener: ln, max: l.perAddr, first: l.first, open: map[string]int{}}, l.conns)
 }
 
 // perAddrListener closes, as soon as it is accepted, a connection from an
@@ -98,7 +108,8 @@ func limitListener(ln net.Listener, l serverLimits) net.Listener {
 // take every slot and leave the job's nodes waiting in the backlog.
 type perAddrListener struct {
 	net.Listener
-	max  int
+	max   int
+	first time.Duration
 	mu   sync.Mutex
 	open map[string]int
 }
@@ -109,7 +120,7 @@ func (l *perAddrListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		addr := remoteIP(c)
+		addr := addrKey(c)
 		l.mu.Lock()
 		ok := l.open[addr] < l.max
 		if ok {
@@ -117,7 +128,9 @@ func (l *perAddrListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if ok {
-			return &addrConn{Conn: c, done: func() { l.closed(addr) }}, nil
+			ac := &addrConn{Conn: c, first: time.Now().Add(l.first), done: func() { l.closed(addr) }}
+			_ = ac.SetReadDeadline(ac.first)
+			return ac, nil
 		}
 		c.Close()
 	}
@@ -140,12 +153,65 @@ func remoteIP(c net.Conn) string {
 	return a
 }
 
+// addrKey is what the per-address cap counts a connection under: its
+// IPv4 address, or the /64 of its IPv6 address (one host is commonly
+// given a whole /64, so counting addresses would let it take every slot).
+func addrKey(c net.Conn) string {
+	ip := net.ParseIP(remoteIP(c))
+	if ip == nil || ip.To4() != nil {
+		return remoteIP(c)
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
 // addrConn counts itself out of its address's connections once, on its
-// first Close.
+// first Close. Until its first signed request (introduce), no read
+// deadline set on it lies beyond first.
 type addrConn struct {
 	net.Conn
-	once sync.Once
-	done func()
+	once       sync.Once
+	done       func()
+	first      time.Time
+	introduced atomic.Bool
+}
+
+// SetReadDeadline caps what net/http asks (the header timeout, or none)
+// at the first-request deadline until the connection is introduced.
+func (c *addrConn) SetReadDeadline(t time.Time) error {
+	if !c.introduced.Load() && (t.IsZero() || t.After(c.first)) {
+		t = c.first
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline caps the read side as SetReadDeadline does.
+func (c *addrConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}
+
+type connKey struct{}
+
+// introduce lifts the first-request deadline of the connection r came on,
+// once r proved to be signed with the job's key.
+func introduce(r *http.Request) {
+	if c, ok := r.Context().Value(connKey{}).(*addrConn); ok {
+		c.introduced.Store(true)
+	}
+}
+
+// withConn keeps the connection's addrConn in its requests' context (under
+// TLS, the one the tls.Conn wraps).
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	if ac, ok := c.(*addrConn); ok {
+		return context.WithValue(ctx, connKey{}, ac)
+	}
+	return ctx
 }
 
 func (c *addrConn) Close() error {

@@ -28,6 +28,7 @@ func (n *Node) handler() http.Handler {
 			http.Error(w, errUnauthorized.Error(), http.StatusUnauthorized)
 			return
 		}
+		introduce(r)
 		clearReadDeadline(w)
 		mux.ServeHTTP(w, r)
 	})
