@@ -43,9 +43,9 @@ type serverLimits struct {
 	// (TLS handshake included): an honest peer sends it at once, so a
 	// connection held open without one frees its slot sooner.
 	first time.Duration
-	idle   time.Duration // between requests on one connection
-	stall  time.Duration // for one write of an answer to complete
-	conns  int           // open connections at once
+	idle  time.Duration // between requests on one connection
+	stall time.Duration // for one write of an answer to complete
+	conns int           // open connections at once
 	// perAddr bounds the open connections from one IP address; one more
 	// is closed at once, before it takes one of conns.
 	perAddr int
@@ -110,8 +110,8 @@ type perAddrListener struct {
 	net.Listener
 	max   int
 	first time.Duration
-	mu   sync.Mutex
-	open map[string]int
+	mu    sync.Mutex
+	open  map[string]int
 }
 
 func (l *perAddrListener) Accept() (net.Conn, error) {
