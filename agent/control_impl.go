@@ -143,6 +143,9 @@ func (a *Agent) waitingOnDisk() (waiting []string, stuck []detect.Pending) {
 	}
 	last := a.lastCommitted()
 	for _, p := range a.watcher.Pending() {
+		if a.committedAsIs(p) {
+			continue // the version on disk is committed (declared, then undeclared)
+		}
 		switch {
 		case p.State == "settling" || time.Since(p.Since) < settle:
 			waiting = append(waiting, fmt.Sprintf("%s on disk %s: %s", pendingName(p), p.State, p.Reason))
@@ -199,3 +202,21 @@ func stuckSteps(stuck []detect.Pending) []int64 {
 }
 
 var _ control.Committer = (*Agent)(nil)
+
+// committedAsIs reports whether the step the watcher holds pending is, as
+// it is on disk, the version this agent committed: the same folder, file
+// count, bytes and newest modification time. A step the trainer declared
+// and that was committed goes back to its layout's rules once durable, and
+// may wait out a long settle window there; flush must not wait for it.
+func (a *Agent) committedAsIs(p detect.Pending) bool {
+	e, ok := a.journal.get(p.Step)
+	if !ok || p.Step < 0 || e.Root != p.Root || len(e.Files) != p.Files {
+		return false
+	}
+	var bytes, newest int64
+	for _, f := range e.Files {
+		bytes += f.Size
+		newest = max(newest, f.ModTime)
+	}
+	return bytes == p.Bytes && newest == p.Newest.UnixNano()
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ferrylabs/ferry/agent/control"
@@ -161,6 +162,13 @@ func stepField(s *detect.Step) zap.Field {
 
 // completeLocked queues a step found complete on disk.
 func (a *Agent) completeLocked(e *entry, s detect.Step, n int64) {
+	if sameStepQueued(e, s) {
+		// Reported again with the same files (a trainer declaring the
+		// step again, a rescan): the upload queued or running is already
+		// this content. Restarting it would send every byte again.
+		a.log.Debug("step reported complete again, unchanged; its upload goes on", zap.Int64("step", n))
+		return
+	}
 	if a.pipe != nil {
 		a.pipe.completed(n)
 	}
@@ -193,6 +201,23 @@ func (a *Agent) completeLocked(e *entry, s detect.Step, n int64) {
 		return
 	}
 	a.log.Info("checkpoint complete on disk", zap.Int64("step", n), zap.Int("files", len(s.Files)), zap.Int64("bytes", s.TotalBytes()))
+}
+
+// sameStepQueued reports whether e is waiting for or running an upload of
+// exactly s's files (paths, sizes, times, inodes) and links.
+func sameStepQueued(e *entry, s detect.Step) bool {
+	if e == nil || e.deleted || e.revise {
+		return false
+	}
+	switch e.status.State {
+	case control.StatePending, control.StateUploading:
+	default:
+		return false
+	}
+	return e.step.Root == s.Root && sameLocalFiles(localFiles(e.step), localFiles(s)) &&
+		slices.Equal(e.step.Symlinks, s.Symlinks) && slices.EqualFunc(e.step.Generated, s.Generated, func(a, b detect.Generated) bool {
+		return a.RelPath == b.RelPath && string(a.Data) == string(b.Data)
+	})
 }
 
 // deletedLocked abandons a step removed or changed before it was durable.

@@ -99,11 +99,20 @@ type Pending struct {
 	Hint string `json:"hint,omitempty"`
 	// Since is when its files were last seen changing.
 	Since time.Time `json:"since"`
+	// Newest is its newest file's modification time: with Files and
+	// Bytes, what tells this version from one committed before.
+	Newest time.Time `json:"-"`
 }
 
 func pendingOf(c *Candidate, state, reason string, since time.Time) Pending {
+	var newest time.Time
+	for _, f := range c.Step.Files {
+		if f.ModTime.After(newest) {
+			newest = f.ModTime
+		}
+	}
 	return Pending{Step: c.Step.Number, Root: c.Step.Root, Files: len(c.Step.Files), Bytes: c.Step.TotalBytes(),
-		State: state, Reason: reason, Since: since.UTC()}
+		State: state, Reason: reason, Since: since.UTC(), Newest: newest}
 }
 
 // evaluate compares the tree with what was seen before and returns the
