@@ -227,6 +227,7 @@ func mergeNeMoLast(cs []Candidate) []Candidate {
 	sortExpected(m.Step.Expect)
 	m.Finished = a.Finished && b.Finished
 	m.Stale = a.Stale || b.Stale
+	m.Disagrees = a.Disagrees || b.Disagrees
 	if m.Waiting == "" {
 		m.Waiting = b.Waiting
 	}

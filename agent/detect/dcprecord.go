@@ -126,7 +126,8 @@ func (l *dcpLayout) requireRecorded(t *Tree, c *Candidate, dir string, marker En
 		case !e.IsRegular():
 			c.Finished, c.Waiting = false, fmt.Sprintf("record: %s names %s, which is not a regular file", marker.Path, p)
 		case e.Size != want:
-			c.Finished, c.Waiting = false, fmt.Sprintf("record: %s is %d bytes, %s records %d: torn, or saved again after its record", p, e.Size, marker.Path, want)
+			c.Finished, c.Disagrees = false, true
+			c.Waiting = fmt.Sprintf("record: %s is %d bytes, %s records %d: torn, or saved again after its record", p, e.Size, marker.Path, want)
 		default:
 			continue
 		}

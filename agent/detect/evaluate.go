@@ -234,9 +234,11 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 		// optimizer states) is one a rank did not finish, as is one with
 		// a temporary name or a torn file: not declared.
 		p.Declared = c.Finished && c.Held == "" && len(c.Temps) == 0 && !strings.HasPrefix(why, "file ")
-		// The framework's record is there and its bytes disagree with it:
-		// the trainer declared a save that is not what it recorded.
-		p.Declared = p.Declared || strings.HasPrefix(c.Waiting, "record: ")
+		// The framework's record is fresh and a file it names has another
+		// size: the trainer declared a save that is not what it recorded.
+		// (A named file missing is a cleanup's doing, or another node's
+		// file: not declared, as a file deleted under an unchanged marker.)
+		p.Declared = p.Declared || c.Disagrees
 		if p.Declared {
 			p.Hint = stuckHint(c, why)
 		}

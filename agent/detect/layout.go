@@ -58,6 +58,11 @@ type Candidate struct {
 	// Stale is set when the layout's marker exists but is older than
 	// bytes it vouches for (proof.go): the step waits for a fresh one.
 	Stale bool
+	// Disagrees is set when a fresh record names a file of another size
+	// than it records (dcprecord.go): the save the trainer declared is
+	// not the bytes on disk. A file it names that is missing (a cleanup,
+	// another node's) is not this.
+	Disagrees bool
 	// Moved is set when the marker is a pointer in the root (DeepSpeed's
 	// latest, Megatron's tracker) that names a later step now: it says
 	// the step was complete once, not that its files are still that
