@@ -44,7 +44,7 @@ type dcpLayout struct {
 	// multiNode: the job has several nodes, so a file the record names
 	// may be another node's (dcprecord.go).
 	multiNode bool
-	records   map[recordKey]recordRead
+	records   recordCache[recordRead]
 }
 
 var (

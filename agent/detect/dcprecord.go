@@ -24,7 +24,7 @@ import (
 // stale. A record that cannot be read falls back to the timing rules
 // (fresh marker, settled folder) with one warning.
 
-// recordKey identifies one version of a .metadata: a new save replaces
+// recordKey identifies one version of a record file: a new save replaces
 // the file (a new inode) or at least its size and time.
 type recordKey struct {
 	path     string
@@ -33,30 +33,42 @@ type recordKey struct {
 	mtime    int64
 }
 
+// maxRecordsCached bounds a recordCache: one entry per record on disk is
+// enough, older versions are dropped first by a full reset.
+const maxRecordsCached = 256
+
+// recordCache holds what was read from each version of a framework's
+// record files (DCP's .metadata, HF's index), so that each is read once
+// per version, however often the step is evaluated.
+type recordCache[T any] struct{ m map[recordKey]T }
+
+// get returns the value read from e's version, reading it with read the
+// first time; first reports that it was read now (to warn once).
+func (c *recordCache[T]) get(e Entry, read func() T) (v T, first bool) {
+	key := recordKey{e.Path, e.id.dev, e.id.ino, e.Size, e.ModTime.UnixNano()}
+	if v, ok := c.m[key]; ok {
+		return v, false
+	}
+	v = read()
+	if c.m == nil || len(c.m) >= maxRecordsCached {
+		c.m = map[recordKey]T{}
+	}
+	c.m[key] = v
+	return v, true
+}
+
 type recordRead struct {
 	rec dcprecord.Record
 	err error
 }
 
-// maxRecordsCached bounds the cache: one entry per DCP folder on disk is
-// enough, older versions are dropped first by a full reset.
-const maxRecordsCached = 256
-
 // record returns the parsed .metadata at m, reading it once per version;
 // ok is false when it cannot be read (warned once per version).
 func (l *dcpLayout) record(t *Tree, m Entry) (dcprecord.Record, bool) {
-	key := recordKey{m.Path, m.id.dev, m.id.ino, m.Size, m.ModTime.UnixNano()}
-	r, seen := l.records[key]
-	if !seen {
-		r = l.readRecord(t, m)
-		if l.records == nil || len(l.records) >= maxRecordsCached {
-			l.records = map[recordKey]recordRead{}
-		}
-		l.records[key] = r
-		if r.err != nil && l.log != nil {
-			l.log.Warn("DCP .metadata not read as a record of the step; its completion falls back to the marker's timing rules",
-				zap.String("file", m.Path), zap.Int64("bytes", m.Size), zap.Error(r.err))
-		}
+	r, first := l.records.get(m, func() recordRead { return l.readRecord(t, m) })
+	if first && r.err != nil && l.log != nil {
+		l.log.Warn("DCP .metadata not read as a record of the step; its completion falls back to the marker's timing rules",
+			zap.String("file", m.Path), zap.Int64("bytes", m.Size), zap.Error(r.err))
 	}
 	return r.rec, r.err == nil
 }

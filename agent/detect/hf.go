@@ -33,7 +33,7 @@ import (
 //     of it and only ever names that folder's tag.
 type hfLayout struct {
 	log     *zap.Logger
-	indexes map[recordKey]indexRead // hfindex.go
+	indexes recordCache[indexRead] // hfindex.go
 	// warnedRoot holds the root files already warned about.
 	warnedRoot map[string]bool
 }

@@ -55,18 +55,10 @@ func (l *hfLayout) requireIndexed(t *Tree, c *Candidate, root string) {
 
 // index returns the shards an index names, reading each version once.
 func (l *hfLayout) index(t *Tree, e Entry) ([]string, bool) {
-	key := recordKey{e.Path, e.id.dev, e.id.ino, e.Size, e.ModTime.UnixNano()}
-	r, seen := l.indexes[key]
-	if !seen {
-		r = readIndex(t, e)
-		if l.indexes == nil || len(l.indexes) >= maxRecordsCached {
-			l.indexes = map[recordKey]indexRead{}
-		}
-		l.indexes[key] = r
-		if r.err != nil && l.log != nil {
-			l.log.Warn("Hugging Face index not read as a record of the step; its completion falls back to trainer_state.json's rules",
-				zap.String("file", e.Path), zap.Error(r.err))
-		}
+	r, first := l.indexes.get(e, func() indexRead { return readIndex(t, e) })
+	if first && r.err != nil && l.log != nil {
+		l.log.Warn("Hugging Face index not read as a record of the step; its completion falls back to trainer_state.json's rules",
+			zap.String("file", e.Path), zap.Error(r.err))
 	}
 	return r.shards, r.err == nil
 }
