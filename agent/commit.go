@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -86,17 +85,18 @@ func (a *Agent) Commit(ctx context.Context, n int64, paths []string, wait bool) 
 	}
 }
 
-// awaitOnDisk gives the watcher two looks to find step n on disk.
+// awaitOnDisk gives the watcher two looks to find step n on disk: two
+// evaluations of the directory made after the declaration (Sync), however
+// long a busy node makes them take, not a time guessed from the debounce
+// window (on a loaded node a declared step on disk was answered "no step
+// on disk").
 func (a *Agent) awaitOnDisk(ctx context.Context, n int64) error {
-	deadline := time.Now().Add(2*a.watcher.Debounce() + time.Second)
-	for !a.watcher.HasStep(n) {
-		if time.Now().After(deadline) {
+	for look := 0; !a.watcher.HasStep(n); look++ {
+		if look == 2 {
 			return fmt.Errorf("commit step %d: no step %d on disk in %s (name its files or folder: ferry commit --step %d PATH...)", n, n, a.opts.Detect.Dir, n)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("commit step %d: %w", n, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		if _, err := a.watcher.Sync(ctx); err != nil {
+			return fmt.Errorf("commit step %d: %w", n, err)
 		}
 	}
 	return nil

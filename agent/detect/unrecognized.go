@@ -50,8 +50,10 @@ func (w *Watcher) checkRecognized(now time.Time) {
 	w.recognizing.Store(false)
 	msg := fmt.Sprintf("no checkpoint layout recognised in %s (it holds %s): set --layout to one of %s, and --step-pattern where names carry the step (see docs/agent.md)",
 		w.tree.root, describeEntries(seen), strings.Join(LayoutNames()[1:], ", "))
-	if old := w.unrecognized.Load(); old == nil || *old != msg {
-		w.log.Warn("no checkpoint layout recognised; nothing is uploaded until one is set", zap.String("dir", w.tree.root),
+	// Once per episode: each save changes what the root holds, and a log
+	// line per save says nothing new.
+	if w.unrecognized.Load() == nil {
+		w.log.Warn("no checkpoint layout recognised; nothing is uploaded until one is set, but the steps ferry commit declares", zap.String("dir", w.tree.root),
 			zap.String("holds", describeEntries(seen)), zap.Strings("layouts", LayoutNames()[1:]))
 	}
 	w.unrecognized.Store(&msg)
