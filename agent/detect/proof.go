@@ -56,7 +56,14 @@ func (p Proof) String() string {
 // fastPath reports whether close-write detection may complete c before
 // the settle window ends: its evidence covers every file.
 func (e *engine) fastPath(c *Candidate) bool {
-	if e.opts.NoMarker || !c.Finished {
+	switch {
+	case !c.Finished:
+		return false
+	case c.ByTrainer:
+		// The trainer's word is no marker: --no-marker (the default on
+		// nodes other than 0) leaves it its closes, not the settle window.
+		return true
+	case e.opts.NoMarker:
 		return false
 	}
 	switch c.Proof {

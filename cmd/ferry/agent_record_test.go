@@ -116,3 +116,50 @@ func TestAgentTwoNodesDCPRecord(t *testing.T) {
 		}
 	}
 }
+
+// Issue 46 item 4: ferry commit from each node's local rank 0 after
+// dcp.save returns (DCP returns on every rank only after .metadata is
+// written), every node with the same settings (an hour's settle window, so
+// that only the declarations can commit): each node's command exits 0
+// once its part is durable, the step is committed with every node's
+// files, and both nodes' status name it.
+func TestAgentTwoNodesCommitFromLocalRankZero(t *testing.T) {
+	srv := s3test.Shared(t)
+	bucket := srv.NewBucket(t)
+	st := srv.Store(t, bucket)
+	watch := []string{t.TempDir(), t.TempDir()}
+	state := []string{t.TempDir(), t.TempDir()}
+	for k := range 2 {
+		args := []string{"--watch", watch[k], "--to", "s3://" + bucket + "/run", "--state-dir", state[k], "--layout", "dcp",
+			"--settle", "1h", "--metrics-addr", "off", "--nodes", "2", "--node-rank", fmt.Sprint(k)}
+		startAgentProcess(t, agentEnv(srv, srv.Endpoint), args...)
+		waitFor(t, fmt.Sprintf("node %d's agent answers", k), 15*time.Second, func() bool {
+			return ferry(t, nil, "status", "--state-dir", state[k]).code == 0
+		})
+	}
+	copyDCPFiles(t, "world2", watch[0], ".metadata", "__0_0.distcp")
+	copyDCPFiles(t, "world2", watch[1], "__1_0.distcp")
+	done := make(chan result, 2)
+	for k := range 2 {
+		go func() {
+			done <- ferry(t, nil, "commit", "--step", "100", "--watch", watch[k], "--state-dir", state[k], "--timeout", "60s", "step-100")
+		}()
+	}
+	for range 2 {
+		if r := <-done; r.code != 0 {
+			t.Fatalf("ferry commit on a node: exit %d: %s", r.code, r.stderr)
+		}
+	}
+	waitFor(t, "step 100 committed", 30*time.Second, func() bool { return len(committed(t, st, "run")) == 1 })
+	m, err := remote.Get(context.Background(), st, "run", 100)
+	if err != nil || len(m.Files) != 3 {
+		t.Fatalf("step 100: %v files, %v; want .metadata and both shards", m, err)
+	}
+	for k := range 2 {
+		waitFor(t, fmt.Sprintf("node %d knows step 100 committed", k), 15*time.Second, func() bool {
+			r := ferry(t, nil, "status", "--state-dir", state[k], "--json")
+			var s control.Status
+			return r.code == 0 && decodeJSONErr(r.stdout, &s) == nil && s.LastCommitted == 100
+		})
+	}
+}

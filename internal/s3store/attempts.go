@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -155,8 +156,8 @@ func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.Fi
 	if err != nil && m.creds != nil && credentialsRefused(err) && m.creds.renewed(ctx, used) {
 		err = &retryWithNewCredentials{err: err}
 	}
-	show, streak := m.visible(err != nil)
-	if err != nil {
+	show, streak := m.visible(err != nil && !storeAnswered(err))
+	if err != nil && !storeAnswered(err) {
 		// SDK errors carry the operation, status and request ID, never
 		// credentials: requests are signed in headers, not in URLs.
 		var idle *IdleTimeoutError
@@ -174,6 +175,17 @@ func (m *attemptMiddleware) HandleFinalize(ctx context.Context, in middleware.Fi
 		}
 	}
 	return out, md, err
+}
+
+// storeAnswered reports whether err is the store's definite answer (an
+// absent key, a refused precondition, a denied request: any 4xx but 408
+// and 429), which no retry changes: not a failure to reach the store. A
+// node-done agent HEADs a manifest that is not there yet every few
+// seconds; each 404 was counted in the failure streak and logged at warn
+// as "still retrying S3 requests".
+func storeAnswered(err error) bool {
+	s := httpStatus(err)
+	return s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests
 }
 
 // retryableBrokenBody retries a response cut short while it was read (the
