@@ -149,11 +149,13 @@ func (a *Agent) waitingOnDisk() (waiting []string, stuck []detect.Pending) {
 		switch {
 		case p.State == "settling" || time.Since(p.Since) < settle:
 			waiting = append(waiting, fmt.Sprintf("%s on disk %s: %s", pendingName(p), p.State, p.Reason))
-		case p.Declared && (p.Step < 0 || p.Step > last):
-			// Declared written and not committable. A save killed
-			// halfway (no marker, a stale one, a torn file) is not
-			// declared, and an older leftover below a committed step is
-			// not what the trainer resumes from.
+		case (p.Declared || p.Stale) && (p.Step < 0 || p.Step > last):
+			// Declared written and not committable, or vouched for by a
+			// marker older than its files (saved again and not vouched
+			// for again: a killed re-save, or an order ferry does not
+			// know). A save killed before its marker, or with a torn
+			// file, is not declared, and an older leftover below a
+			// committed step is not what the trainer resumes from.
 			stuck = append(stuck, p)
 		}
 	}

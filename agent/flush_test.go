@@ -55,7 +55,8 @@ func TestFlushWaitsForTheAgentToStart(t *testing.T) {
 // --expected-ranks 2: one RNG state ever) fails it, naming the step and
 // why; a save killed halfway (a Composer rank whose link still names the
 // previous batch) does not, since the bucket's last complete step is what
-// the trainer resumes from; an unrecognised tree fails it too.
+// the trainer resumes from; a step whose marker is older than its files
+// does; an unrecognised tree fails it too.
 func TestFlushTellsTheTruth(t *testing.T) {
 	write := func(dir, rel, content string) {
 		t.Helper()
@@ -92,6 +93,26 @@ func TestFlushTellsTheTruth(t *testing.T) {
 	write(comp.watch, "ep0-ba20-rank0.pt", "rank 0 batch 20, killed before its link")
 	if left, err := flush(comp); err != nil || len(left) != 0 {
 		t.Fatalf("flush after a save killed halfway: %v %v, want nil (batch 10 is what the trainer resumes from)", left, err)
+	}
+	// Issue 46 item 7: a quiet step above the last committed one whose
+	// marker is older than a file it vouches for (a framework writing
+	// after its marker in an order ferry does not know, or a re-save
+	// killed halfway) fails the flush, naming the step, why and what to do.
+	dcp := startAgent(t, func(o *Options) { o.Detect.Layout, o.Detect.Settle = "dcp", 300*time.Millisecond })
+	write(dcp.watch, "step-200/__0_0.distcp", "shard 0")
+	write(dcp.watch, "step-200/.metadata", "not a pickle: the freshness rule decides")
+	write(dcp.watch, "step-200/__1_0.distcp", "shard 1, written after the marker")
+	old := time.Now().Add(-time.Minute)
+	for i, f := range []string{"__0_0.distcp", ".metadata", "__1_0.distcp"} {
+		when := old.Add(time.Duration(i) * time.Second)
+		if err := os.Chtimes(filepath.Join(dcp.watch, "step-200", f), when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left, err := flush(dcp); err == nil || len(left) != 1 || left[0] != 200 ||
+		!strings.Contains(err.Error(), "step 200 waits: marker: ") || !strings.Contains(err.Error(), "saved again after its marker") ||
+		!strings.Contains(err.Error(), "save it again or remove it") {
+		t.Fatalf("flush with a stale marker: %v %v", left, err)
 	}
 	auto := startAgent(t, func(o *Options) { o.Detect.Layout = "auto" })
 	write(auto.watch, "run7/weights.npz", "a tree no layout takes")

@@ -94,6 +94,12 @@ type Pending struct {
 	// marker no rank can satisfy. Once it has waited a settle window,
 	// flush reports it rather than calling the run durable.
 	Declared bool `json:"declared,omitempty"`
+	// Stale is set when the step waits because its marker (or record) is
+	// older than files it vouches for: saved again after it and never
+	// vouched for again (a killed re-save, or a framework writing files
+	// after its marker that ferry does not know). Quiet for a settle
+	// window, flush reports it rather than calling the run durable.
+	Stale bool `json:"stale,omitempty"`
 	// Hint says what the operator can do about a declared step that
 	// waits, for flush's answer.
 	Hint string `json:"hint,omitempty"`
@@ -239,8 +245,12 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 		// (A named file missing is a cleanup's doing, or another node's
 		// file: not declared, as a file deleted under an unchanged marker.)
 		p.Declared = p.Declared || c.Disagrees
-		if p.Declared {
+		p.Stale = c.Stale && !p.Declared
+		switch {
+		case p.Declared:
 			p.Hint = stuckHint(c, why)
+		case p.Stale:
+			p.Hint = "if its save was killed, the step is not complete: save it again or remove it; if the framework writes files after its marker, see docs/agent.md (the frameworks' save orders)"
 		}
 		if warnAt := since.Add(e.opts.Settle); now.Before(warnAt) {
 			return &p, warnAt // wake then to warn if it still waits
