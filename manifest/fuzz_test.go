@@ -50,6 +50,11 @@ var corpusWant = map[string]string{
 	"reject-not-object.json":             "not valid JSON",
 	"reject-trailing-garbage.json":       "not valid JSON",
 	"reject-files-wrong-type.json":       "not valid JSON",
+	"valid-1.4-mtime.json":               "",
+	"reject-mtime-not-rfc3339.json":      "files[0].mtime",
+	"reject-mtime-before-1970.json":      "files[0].mtime",
+	"reject-mtime-past-int64.json":       "files[0].mtime",
+	"reject-mtime-number.json":           "files.mtime",
 }
 
 func readCorpus(t testing.TB) map[string][]byte {

@@ -39,12 +39,14 @@ import (
 // fits in one document; ShardedFormat (2.0) is written for one that does
 // not. Readers accept 1.x and 2.x and reject other major versions. 1.1
 // added the nodes field of a manifest and part manifests, 1.2 the layout
-// field, 1.3 the revision field; older 1.x readers ignore fields they do
-// not know. 1.x readers reject 2.0. A manifest with packed files (File.
-// PackSize, see packs.go) is written as PackedFormat (3.0), sharded or not,
-// which 1.x and 2.x readers reject with "upgrade ferry" rather than read a
-// pack as one file.
-const FormatVersion = "1.3"
+// field, 1.3 the revision field, 1.4 a file's mtime; older 1.x readers
+// ignore fields they do not know. 1.x readers reject 2.0. A manifest with
+// packed files (File.PackSize, see packs.go) is written as PackedFormat
+// (3.0), sharded or not, which 1.x and 2.x readers reject with "upgrade
+// ferry" rather than read a pack as one file. A file's mtime also appears
+// in 2.0 shards and 3.0 documents without renumbering them: their readers
+// ignore it, and every reader checks a shard's header for "2.0" exactly.
+const FormatVersion = "1.4"
 
 // MaxNodes is the largest number of nodes the part keys can represent.
 const MaxNodes = 99_999
@@ -111,6 +113,11 @@ type File struct {
 	// Offset is where a packed file's Size bytes start in its pack; 0 for
 	// a file that is an object of its own.
 	Offset int64 `json:"offset,omitempty"`
+	// MTime is the file's modification time as the writer saw it when it
+	// hashed the file (format 1.4, see mtime.go); 0 when not recorded (an
+	// older writer, or a file ferry synthesised). Restore gives the placed
+	// file this time. It is not content: SameContent and Contains ignore it.
+	MTime NanoTime `json:"mtime,omitempty"`
 }
 
 // Symlink is a symbolic link inside the checkpoint.
@@ -215,8 +222,10 @@ func checkFormat(v string) error {
 
 // SameContent reports whether two valid manifests (each path once, as
 // Validate checks) describe the same checkpoint: the same file paths, sizes
-// and hashes and the same symlinks. Object keys, part sizes and creation
-// times may differ.
+// and hashes and the same symlinks. Object keys, part sizes, creation
+// times and files' modification times may differ: a step saved again with
+// the same bytes is the same step, and a revision is never written for a
+// time alone.
 func SameContent(a, b *Manifest) bool {
 	// Paths are unique in a valid manifest: with as many entries on each
 	// side, a containing b is the two being equal.

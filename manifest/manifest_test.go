@@ -16,7 +16,8 @@ func valid() *Manifest {
 		Created: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC),
 		Files: []File{
 			{Path: "ep0-ba1000-rank0.pt", Size: 10, BLAKE3: hashA, Key: "run/data/000000001000/x/ep0-ba1000-rank0.pt", Rank: &r0},
-			{Path: "sub/big.bin", Size: 20 << 20, BLAKE3: hashA, Key: "run/data/000000001000/x/sub/big.bin", PartSize: 8 << 20},
+			{Path: "sub/big.bin", Size: 20 << 20, BLAKE3: hashA, Key: "run/data/000000001000/x/sub/big.bin", PartSize: 8 << 20,
+				MTime: TimeOf(time.Date(2026, 12, 1, 23, 59, 58, 123456789, time.UTC))},
 		},
 		Symlinks: []Symlink{{Path: "latest-rank0.pt", Target: "ep0-ba1000-rank0.pt"}},
 	}

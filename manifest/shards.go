@@ -70,12 +70,17 @@ type shardDoc struct {
 // Sharded reports whether the manifest's files live in shard objects.
 func (m *Manifest) Sharded() bool { return len(m.Shards) > 0 }
 
+// entryOverhead is what a file entry of an indented document takes beside
+// its path and key, every field at its widest (TestShardEstimate): names,
+// the hash, the numbers, the mtime, quotes and indentation.
+const entryOverhead = 330
+
 // NeedsShards reports whether the manifest's estimated single-document
 // size is above the size where the writer shards.
 func NeedsShards(m *Manifest) bool {
 	est := int64(0)
 	for _, f := range m.Files {
-		est += int64(len(f.Path)+len(f.Key)) + 200 // fields, hash, indentation
+		est += int64(len(f.Path)+len(f.Key)) + entryOverhead
 		if est > shardAt.size {
 			return true
 		}

@@ -74,23 +74,8 @@ func Validate(m *Manifest, prefix string) error {
 			return fmt.Errorf("manifest field %s.path: %q repeats %s", field, f.Path, prev)
 		}
 		seen[f.Path] = field
-		if f.Size < 0 || f.Size > MaxFileSize {
-			return fmt.Errorf("manifest field %s.size: %d outside 0..%d", field, f.Size, int64(MaxFileSize))
-		}
-		if !isHex64(f.BLAKE3) {
-			return fmt.Errorf("manifest field %s.blake3: %q is not 64 lower-case hex digits", field, f.BLAKE3)
-		}
-		if !strings.HasPrefix(f.Key, keyPrefix) || len(f.Key) == len(keyPrefix) || len(f.Key) > MaxPathLen || strings.Contains(f.Key, "/../") || strings.HasSuffix(f.Key, "/..") {
-			return fmt.Errorf("manifest field %s.key: %q is not an object under %q", field, f.Key, keyPrefix)
-		}
-		if err := checkPartSize(f.PartSize, f.Size); err != nil {
-			return fmt.Errorf("manifest field %s.part_size: %w", field, err)
-		}
-		if err := checkPack(f, major, packs); err != nil {
-			return fmt.Errorf("manifest field %s: %w", field, err)
-		}
-		if f.Rank != nil && (*f.Rank < 0 || *f.Rank > maxRank) {
-			return fmt.Errorf("manifest field %s.rank: %d out of range", field, *f.Rank)
+		if err := checkFile(f, field, keyPrefix, major, packs); err != nil {
+			return err
 		}
 	}
 	for i, s := range m.Symlinks {
@@ -114,6 +99,34 @@ func Validate(m *Manifest, prefix string) error {
 				return fmt.Errorf("manifest field %s.path: %q lies below %s, which is not a directory", field, p, other)
 			}
 		}
+	}
+	return nil
+}
+
+// checkFile checks one file entry's fields but its path (Validate checks
+// paths against each other): size, hash, key, part size, pack, rank and
+// modification time.
+func checkFile(f File, field, keyPrefix, major string, packs map[string]int64) error {
+	if f.Size < 0 || f.Size > MaxFileSize {
+		return fmt.Errorf("manifest field %s.size: %d outside 0..%d", field, f.Size, int64(MaxFileSize))
+	}
+	if !isHex64(f.BLAKE3) {
+		return fmt.Errorf("manifest field %s.blake3: %q is not 64 lower-case hex digits", field, f.BLAKE3)
+	}
+	if !strings.HasPrefix(f.Key, keyPrefix) || len(f.Key) == len(keyPrefix) || len(f.Key) > MaxPathLen || strings.Contains(f.Key, "/../") || strings.HasSuffix(f.Key, "/..") {
+		return fmt.Errorf("manifest field %s.key: %q is not an object under %q", field, f.Key, keyPrefix)
+	}
+	if err := checkPartSize(f.PartSize, f.Size); err != nil {
+		return fmt.Errorf("manifest field %s.part_size: %w", field, err)
+	}
+	if err := checkPack(f, major, packs); err != nil {
+		return fmt.Errorf("manifest field %s: %w", field, err)
+	}
+	if f.Rank != nil && (*f.Rank < 0 || *f.Rank > maxRank) {
+		return fmt.Errorf("manifest field %s.rank: %d out of range", field, *f.Rank)
+	}
+	if err := checkMTime(f.MTime); err != nil {
+		return fmt.Errorf("manifest field %s.mtime: %w", field, err)
 	}
 	return nil
 }

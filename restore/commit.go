@@ -104,9 +104,10 @@ func (r *restorer) discardStaged() {
 	}
 }
 
-// commit places the staged files, then the links, then the markers, and
-// sets the times that tell an agent started on the folder that the step
-// is whole (stampTimes). On error it takes back what it placed.
+// commit places the staged files, each with its recorded modification
+// time (placedTime), then the links, then the markers, and sets the
+// markers' times that tell an agent started on the folder that the step
+// is whole (stampMarkers). On error it takes back what it placed.
 func (r *restorer) commit(p *plan) (err error) {
 	if err := r.stageLinks(p); err != nil {
 		return err
@@ -124,7 +125,7 @@ func (r *restorer) commit(p *plan) (err error) {
 	}()
 	for _, s := range order {
 		if s.job != nil && !s.marker {
-			if err := r.root.Chtimes(s.tmp, now, now); err != nil {
+			if err := r.root.Chtimes(s.tmp, now, placedTime(s.job.file, now)); err != nil {
 				return fmt.Errorf("restore %s: set its time: %w", s.job.file.Path, err)
 			}
 		}

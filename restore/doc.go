@@ -8,8 +8,9 @@
 // to their final paths and verifies size and hash. Only once every file of
 // the step is verified does it place the step (commit.go): files renamed
 // into place, then the manifest's symlinks, then the frameworks' markers
-// (markers.go), each with times that an agent started on the folder reads
-// as a finished save. A final path only ever holds its old content or the
+// (markers.go), each file with the modification time its manifest records
+// and each marker no older than the files it vouches for, so that an agent
+// started on the folder reads a finished save. A final path only ever holds its old content or the
 // verified new content, and a failed restore leaves it with its old one. With Options.Fsync (--fsync)
 // each file is also fsynced before its rename, and every changed directory
 // once at the end; without it the kernel writes the data back in its own

@@ -26,9 +26,10 @@ const testPrefix = "team/run1"
 
 // tfile is a file of a test checkpoint.
 type tfile struct {
-	path string
-	data []byte
-	rank *int
+	path  string
+	data  []byte
+	rank  *int
+	mtime time.Time // recorded in the manifest when set
 }
 
 func rank(n int) *int { return &n }
@@ -58,7 +59,8 @@ func commit(t testing.TB, st store.Store, step int64, files []tfile, links []man
 		if _, err := st.Put(ctx, key, bytes.NewReader(f.data), int64(len(f.data)), store.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		m.Files = append(m.Files, manifest.File{Path: f.path, Size: int64(len(f.data)), BLAKE3: b3(f.data), Key: key, Rank: f.rank})
+		m.Files = append(m.Files, manifest.File{Path: f.path, Size: int64(len(f.data)), BLAKE3: b3(f.data), Key: key, Rank: f.rank,
+			MTime: manifest.TimeOf(f.mtime)})
 	}
 	c, _, err := remote.Commit(ctx, st, testPrefix, m)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/remote"
@@ -206,6 +207,19 @@ func TestPushMultiNode(t *testing.T) {
 	mem := store.NewMemStore()
 	dirs := nodeDirs(t, 3, 2, testPart+10, 1)
 	stateDir := t.TempDir() // shared by the three "nodes": their state must not mix
+	// Each node's files at times of their own, to the nanosecond: the
+	// merged manifest carries every node's.
+	mtimes := map[string]manifest.NanoTime{}
+	for k, dir := range dirs {
+		ents, _ := os.ReadDir(filepath.Join(dir, "ckpt"))
+		for i, e := range ents {
+			when := time.Date(2026, 12, 1, 10, k, i, 1000*k+i+1, time.UTC)
+			if err := os.Chtimes(filepath.Join(dir, "ckpt", e.Name()), when, when); err != nil {
+				t.Fatal(err)
+			}
+			mtimes["ckpt/"+e.Name()] = manifest.TimeOf(when)
+		}
+	}
 	for k := range 3 {
 		res, err := push(t, mem, dirs[k], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, k })
 		if err != nil {
@@ -221,6 +235,11 @@ func TestPushMultiNode(t *testing.T) {
 	m, _ := remote.Get(ctx, mem, "run", 50)
 	if m.Nodes != 3 || len(m.Files) != 7 {
 		t.Fatalf("manifest: nodes %d, %d files", m.Nodes, len(m.Files))
+	}
+	for _, f := range m.Files {
+		if f.MTime != mtimes[f.Path] {
+			t.Errorf("%s: merged manifest has mtime %v, its node's file %v", f.Path, f.MTime.Time(), mtimes[f.Path].Time())
+		}
 	}
 	// Re-running a node after the commit checks its files against the step.
 	res, err := push(t, mem, dirs[1], 50, stateDir, func(o *pushCase) { o.Nodes, o.NodeRank = 3, 1 })

@@ -35,7 +35,7 @@ func (u *Uploader) uploadFile(ctx context.Context, f File) (manifest.File, error
 	if u.opts.DropCache {
 		defer u.leaveCache(fh, stamp.Size)()
 	}
-	mf := manifest.File{Path: f.RelPath, Size: stamp.Size, Key: f.Key, Rank: f.Rank}
+	mf := manifest.File{Path: f.RelPath, Size: stamp.Size, Key: f.Key, Rank: f.Rank, MTime: stamp.mtime()}
 	if done, ok := u.alreadyDone(ctx, f, stamp); ok {
 		mf.BLAKE3, mf.PartSize = done.BLAKE3, done.PartSize
 		u.durable(stamp.Size)

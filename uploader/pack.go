@@ -161,7 +161,8 @@ func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]mani
 		}
 		m := send[k]
 		k++
-		out[j] = manifest.File{Path: m.f.RelPath, Size: m.stamp.Size, BLAKE3: m.sum, Key: key, Rank: m.f.Rank, PackSize: size, Offset: m.off}
+		out[j] = manifest.File{Path: m.f.RelPath, Size: m.stamp.Size, BLAKE3: m.sum, Key: key, Rank: m.f.Rank, PackSize: size, Offset: m.off,
+			MTime: m.stamp.mtime()}
 	}
 	u.stats.objects.Add(1)
 	return out, nil
@@ -194,7 +195,7 @@ func (u *Uploader) hashMember(ctx context.Context, m *packMember, onBlock func([
 		return nil, nil
 	}
 	ref := *r
-	ref.Path, ref.Rank = m.f.RelPath, m.f.Rank
+	ref.Path, ref.Rank, ref.MTime = m.f.RelPath, m.f.Rank, stamp.mtime()
 	u.deduplicated(m.f, stamp.Size)
 	return &ref, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -148,4 +149,55 @@ func TestPushPacksDedupPerFile(t *testing.T) {
 	if s := second.Stats; s.DedupFiles != 19 || s.Objects != 1 {
 		t.Errorf("second push: %d files deduplicated, %d objects; want 19 and 1", s.DedupFiles, s.Objects)
 	}
+}
+
+// TestPushRecordsMTimes: every file's entry carries the modification time
+// it was hashed under, to the nanosecond, whether it is packed, sent with
+// one PUT or in parts; and a file deduplicated against the previous step
+// (same bytes, touched since) carries its own time, not the earlier
+// step's.
+func TestPushRecordsMTimes(t *testing.T) {
+	st := store.NewMemStore()
+	dir := t.TempDir()
+	sizes := map[string]int64{"rank0/small-a": 1000, "rank0/small-b": 0, "whole.bin": PackFileLimit, "parts.bin": 3*testPart + 7}
+	at := time.Date(2026, 12, 2, 15, 57, 43, 123456789, time.UTC)
+	set := func(base time.Time) map[string]manifest.NanoTime {
+		want := map[string]manifest.NanoTime{}
+		i := 0
+		for name := range sizes {
+			i++
+			when := base.Add(time.Duration(i) * 1001 * time.Nanosecond)
+			if err := os.Chtimes(filepath.Join(dir, name), when, when); err != nil {
+				t.Fatal(err)
+			}
+			want[name] = manifest.NanoTime(when.UnixNano())
+		}
+		return want
+	}
+	for i, name := range []string{"rank0/small-a", "rank0/small-b", "whole.bin", "parts.bin"} {
+		writeRandom(t, filepath.Join(dir, name), sizes[name], int64(i+1))
+	}
+	check := func(res PushResult, want map[string]manifest.NanoTime, dedup int64) {
+		t.Helper()
+		if res.Stats.DedupFiles != dedup {
+			t.Fatalf("%d files deduplicated, want %d", res.Stats.DedupFiles, dedup)
+		}
+		for _, f := range res.Manifest.Files {
+			if f.MTime != want[f.Path] {
+				t.Errorf("%s (packed %v, part size %d): mtime %v, want %v", f.Path, f.Packed(), f.PartSize, f.MTime.Time(), want[f.Path].Time())
+			}
+		}
+	}
+	want := set(at)
+	first, err := push(t, st, dir, 1, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(first, want, 0)
+	want = set(at.Add(time.Hour)) // touched: same bytes, new times
+	second, err := push(t, st, dir, 2, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(second, want, int64(len(sizes)))
 }

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -320,6 +321,12 @@ func (u *Uploader) weight(n int64) int64 {
 type fileStamp struct {
 	Size    int64 `json:"size"`
 	ModTime int64 `json:"mtime_ns"`
+}
+
+// mtime is the stamp's modification time as a manifest records it: the
+// time of the stat the file's bytes were hashed and sent under.
+func (s fileStamp) mtime() manifest.NanoTime {
+	return manifest.TimeOf(time.Unix(0, s.ModTime))
 }
 
 // ErrFileChanged is returned when a file changed size or mtime while it was
