@@ -131,15 +131,16 @@ test-alerts:
 unit:
 	$(GO) test $(GOTEST_FLAGS) -short ./...
 
-## fuzz: a short bounded run of the manifest decoder's and the pickle
-## reader's (DCP's .metadata) fuzz targets (FUZZTIME=10m for longer); new
-## failing inputs land in <package>/testdata/fuzz/FuzzDecode and are
-## replayed by `go test` from then on
+## fuzz: a short bounded run of the manifest decoder's, the pickle
+## reader's (DCP's .metadata) and DeepSpeed's record reader's fuzz targets
+## (FUZZTIME=10m for longer); new failing inputs land in
+## <package>/testdata/fuzz/<target> and are replayed by `go test` from then on
 FUZZTIME ?= 30s
 .PHONY: fuzz
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./manifest
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/pickle
+	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime $(FUZZTIME) ./internal/dsrecord
 
 ## demo: local S3 server, a simulated 2-rank training job, push/agent, restore, verify
 demo: build tools

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"fmt"
 	"path"
 	"regexp"
 	"sort"
@@ -28,13 +29,18 @@ import (
 //     links at an earlier batch takes nothing from it). With
 //     Options.ExpectedRanks that many
 //     finished ranks prove the step (ProofRanks); without links (the first
-//     save, or latest disabled) only the settle window decides.
+//     save, or latest disabled) only the settle window decides. A link
+//     naming a file of the batch that is not there holds the step
+//     (linkedMissing); a sharded folder's .metadata is DCP's record.
 //   - Pointers: single-file steps get Symlinks "latest-rank{R}.pt" ->
 //     "ep{E}-ba{B}-rank{R}.pt" for each rank, built rather than read: the
 //     live link is repointed at every save and may already name a later
 //     step. Sharded steps record the live links in the root that point at
 //     their folder, as every layout does.
-type composerLayout struct{}
+type composerLayout struct {
+	// rec reads sharded folders' .metadata (dcprecord.go).
+	rec dcpRecords
+}
 
 var (
 	composerFile   = regexp.MustCompile(`^ep(\d+)-ba(\d+)-rank(\d+)\.pt(?:\.(?:gz|bz2|lz4|lzma|xz|zst|tar))?$`)
@@ -42,11 +48,11 @@ var (
 	composerLatest = regexp.MustCompile(`^latest-rank(\d+)\.pt$`)
 )
 
-func (composerLayout) Name() string { return "composer" }
+func (*composerLayout) Name() string { return "composer" }
 
-func (composerLayout) stepFolder(name string) bool { return composerFolder.MatchString(name) }
+func (*composerLayout) stepFolder(name string) bool { return composerFolder.MatchString(name) }
 
-func (composerLayout) Recognize(t *Tree) bool {
+func (*composerLayout) Recognize(t *Tree) bool {
 	for _, e := range t.Children("") {
 		if e.IsRegular() && composerFile.MatchString(e.Name()) ||
 			e.IsDir() && composerFolder.MatchString(e.Name()) ||
@@ -57,7 +63,7 @@ func (composerLayout) Recognize(t *Tree) bool {
 	return false
 }
 
-func (composerLayout) Steps(t *Tree) []Candidate {
+func (l *composerLayout) Steps(t *Tree) []Candidate {
 	single := map[int64]*Candidate{}
 	latest := map[int]latestLink{} // rank -> what its latest link names
 	var folders []Candidate
@@ -68,7 +74,7 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 			if m := composerLatest.FindStringSubmatch(name); m != nil {
 				if b, ok := composerBatch(path.Base(e.Target)); ok {
 					r, _ := strconv.Atoi(m[1])
-					latest[r] = latestLink{batch: b, path: e.Path, modTime: e.ModTime}
+					latest[r] = latestLink{batch: b, path: e.Path, target: path.Base(e.Target), modTime: e.ModTime}
 				}
 			}
 		case e.IsDir():
@@ -78,6 +84,9 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 					if md, ok := t.Get(e.Path + "/" + dcpMetadata); ok && md.IsRegular() {
 						c.Finished, c.Proof = true, ProofMarker
 						requireFresh(t, &c, md.Path, nil)
+						if rec, ok := l.rec.record(t, md); ok {
+							l.rec.requireRecorded(t, &c, e.Path, md, rec)
+						}
 					} else {
 						c.Waiting = "no " + dcpMetadata
 					}
@@ -113,6 +122,7 @@ func (composerLayout) Steps(t *Tree) []Candidate {
 type latestLink struct {
 	batch   int64
 	path    string
+	target  string // the base name the link points at
 	modTime time.Time
 }
 
@@ -145,6 +155,8 @@ func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
 	}
 	if len(behind) > 0 {
 		c.Held, c.PointedBack = strings.Join(behind, "; "), !c.Stale
+	} else if missing := linkedMissing(c, b, latest, ranks); missing != "" {
+		c.Held = missing
 	}
 	done := []string{}
 	for _, f := range c.Step.Files {
@@ -163,6 +175,26 @@ func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
 		// A rank's link, repointed after its save, is its own marker.
 		c.Ranks, c.Proof = done, ProofRanks
 	}
+}
+
+// linkedMissing returns why a rank's link names a file of batch b that
+// is not in the step, or "". Composer v0.32.1 (composer/callbacks/
+// checkpoint_saver.py CheckpointSaver._save_checkpoint) repoints a rank's
+// latest link (os.remove, then os.symlink) only after
+// checkpoint.save_checkpoint returned, and _save_checkpoint (composer/
+// utils/checkpoint.py) returns only after torch.save and dist.barrier():
+// a link naming a file says that file was whole.
+func linkedMissing(c *Candidate, b int64, latest map[int]latestLink, ranks []int) string {
+	have := map[string]bool{}
+	for _, f := range c.Step.Files {
+		have[path.Base(f.RelPath)] = true
+	}
+	for _, r := range ranks {
+		if l := latest[r]; l.batch == b && !have[l.target] {
+			return fmt.Sprintf("record: %s names %s, which is not here (expected: the file its rank saved before repointing the link; found: nothing)", l.path, l.target)
+		}
+	}
+	return ""
 }
 
 func rankOr(r *int) int {

@@ -39,12 +39,8 @@ import (
 //   - Pointer: none; DCP has no "latest" convention.
 type dcpLayout struct {
 	pattern *regexp.Regexp
-	log     *zap.Logger
 	warned  map[string]bool
-	// multiNode: the job has several nodes, so a file the record names
-	// may be another node's (dcprecord.go).
-	multiNode bool
-	records   recordCache[recordRead]
+	dcpRecords
 }
 
 var (

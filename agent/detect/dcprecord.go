@@ -62,11 +62,22 @@ type recordRead struct {
 	err error
 }
 
+// dcpRecords reads and applies DCP's .metadata records for a layout
+// whose steps hold DCP folders (dcp, Megatron's torch_dist, Composer's
+// sharded checkpoints).
+type dcpRecords struct {
+	log *zap.Logger
+	// multiNode: the job has several nodes, so a file the record names
+	// may be another node's.
+	multiNode bool
+	records   recordCache[recordRead]
+}
+
 // record returns the parsed .metadata at m, reading it once per version;
 // ok is false when it cannot be read (warned once per version).
-func (l *dcpLayout) record(t *Tree, m Entry) (dcprecord.Record, bool) {
+func (l *dcpRecords) record(t *Tree, m Entry) (dcprecord.Record, bool) {
 	r, first := l.records.get(m, func() recordRead { return l.readRecord(t, m) })
-	if first && r.err != nil && l.log != nil {
+	if first && r.err != nil && !errors.Is(r.err, errRecordChanged) && l.log != nil {
 		l.log.Warn("DCP .metadata not read as a record of the step; its completion falls back to the marker's timing rules",
 			zap.String("file", m.Path), zap.Int64("bytes", m.Size), zap.Error(r.err))
 	}
@@ -77,7 +88,7 @@ func (l *dcpLayout) record(t *Tree, m Entry) (dcprecord.Record, bool) {
 // replacing it. The next evaluation reads the new one.
 var errRecordChanged = errors.New("changed while read")
 
-func (l *dcpLayout) readRecord(t *Tree, m Entry) recordRead {
+func (l *dcpRecords) readRecord(t *Tree, m Entry) recordRead {
 	data, err := readWhole(t, m, dcprecord.MaxSize)
 	if err != nil {
 		return recordRead{err: err}
@@ -115,14 +126,21 @@ func readWhole(t *Tree, m Entry, max int64) ([]byte, error) {
 // it names is here with its recorded size (on a node of a multi-node job,
 // or absent: another node's). It adds the record's expectations to the
 // step, for the uploader and the merge to check what is committed.
-func (l *dcpLayout) requireRecorded(t *Tree, c *Candidate, dir string, marker Entry, rec dcprecord.Record) {
+func (l *dcpRecords) requireRecorded(t *Tree, c *Candidate, dir string, marker Entry, rec dcprecord.Record) {
+	if unvouched(t, dir, rec) != "" {
+		c.Proof = ProofNone
+	}
+	l.checkRecorded(t, c, dir, marker, rec)
+}
+
+// checkRecorded adds the record's expectations to c and, if c is
+// finished, makes it unfinished while a file the record names is missing
+// or of another size.
+func (l *dcpRecords) checkRecorded(t *Tree, c *Candidate, dir string, marker Entry, rec dcprecord.Record) {
 	names := rec.Names()
 	for _, name := range names {
 		p := dir + "/" + name
 		c.Step.Expect = append(c.Step.Expect, Expected{RelPath: p, Size: rec.Sizes[name], Record: marker.Path})
-	}
-	if l.unvouched(t, dir, rec) != "" {
-		c.Proof = ProofNone
 	}
 	if !c.Finished {
 		return
@@ -154,7 +172,7 @@ func (l *dcpLayout) requireRecorded(t *Tree, c *Candidate, dir string, marker En
 // after dcp.save returns; NeMo 2 writes weights/metadata.json), so the
 // record proves nothing about it and the settle window decides. "" when
 // every file is the record's.
-func (l *dcpLayout) unvouched(t *Tree, dir string, rec dcprecord.Record) string {
+func unvouched(t *Tree, dir string, rec dcprecord.Record) string {
 	for _, e := range t.Children(dir) {
 		name := e.Name()
 		if e.IsDir() || name == dcpMetadata || strings.HasSuffix(name, ".distcp") {

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
 // deepspeedLayout: DeepSpeed's save_checkpoint(save_dir) with the default
@@ -23,6 +25,9 @@ import (
 //     Options.ExpectedRanks writers prove the file set (ProofRanks);
 //     without ExpectedRanks a rank that has not begun is invisible, and
 //     the settle window decides.
+//   - Record: rank 0's model states file records dp_world_size and
+//     mp_world_size, from which the model and optimizer files of every
+//     rank follow; while one is missing the step is held (dsrecord.go).
 //   - Files: everything in the folder. Ranks by RankOf (ZeRO shards
 //     "zero_pp_rank_{D}_mp_rank_00_*" give D; "mp_rank_{M}_model_states.pt"
 //     is read by every rank and has none).
@@ -30,17 +35,23 @@ import (
 //     writes it, so a restore resumes at this step. The live latest file and
 //     the zero_to_fp32.py script DeepSpeed copies next to it are not part of
 //     any step.
-type deepspeedLayout struct{}
+type deepspeedLayout struct {
+	log *zap.Logger
+	// multiNode: the job has several nodes, so the files the record
+	// implies may be other nodes' (dsrecord.go).
+	multiNode bool
+	records   recordCache[dsRead]
+}
 
 var deepspeedDir = regexp.MustCompile(`^global_step(\d+)$`)
 
 const deepspeedLatest = "latest"
 
-func (deepspeedLayout) Name() string { return "deepspeed" }
+func (*deepspeedLayout) Name() string { return "deepspeed" }
 
-func (deepspeedLayout) stepFolder(name string) bool { return deepspeedDir.MatchString(name) }
+func (*deepspeedLayout) stepFolder(name string) bool { return deepspeedDir.MatchString(name) }
 
-func (deepspeedLayout) Recognize(t *Tree) bool {
+func (*deepspeedLayout) Recognize(t *Tree) bool {
 	if len(numberedDirs(t, deepspeedDir)) > 0 {
 		return true
 	}
@@ -48,7 +59,7 @@ func (deepspeedLayout) Recognize(t *Tree) bool {
 	return ok
 }
 
-func (deepspeedLayout) Steps(t *Tree) []Candidate {
+func (l *deepspeedLayout) Steps(t *Tree) []Candidate {
 	latest, haveLatest := pointerStep(t, deepspeedLatest, deepspeedDir)
 	var out []Candidate
 	for n, root := range numberedDirs(t, deepspeedDir) {
@@ -60,13 +71,14 @@ func (deepspeedLayout) Steps(t *Tree) []Candidate {
 		requireFresh(t, &c, deepspeedLatest, latestCovers)
 		c.Moved = haveLatest && latest > n
 		c.Held, c.Proof = zeroHeld(&c), deepspeedProof(&c)
+		l.requireImplied(t, &c, root)
 		c.Step.Generated = []Generated{{RelPath: deepspeedLatest, Data: []byte(root)}}
 		out = append(out, c)
 	}
 	return out
 }
 
-func (deepspeedLayout) pointer() (string, func([]byte) (int64, bool)) {
+func (*deepspeedLayout) pointer() (string, func([]byte) (int64, bool)) {
 	return deepspeedLatest, func(b []byte) (int64, bool) {
 		m := deepspeedDir.FindStringSubmatch(strings.TrimSpace(string(b)))
 		if m == nil {

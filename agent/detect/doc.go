@@ -23,6 +23,14 @@
 //   - nothing holds it back: a DeepSpeed rank with model states but no
 //     optimizer states yet, a Composer rank whose latest link names an
 //     earlier batch, a step folder that is a symbolic link;
+//   - the step is what the framework recorded: every file DCP's .metadata
+//     names, at its size (dcprecord.go; also Megatron's torch_dist and
+//     Composer's sharded folders), every shard a Hugging Face index
+//     names (hfindex.go), every model and optimizer file the world sizes
+//     in DeepSpeed's rank 0 model states imply (dsrecord.go), a
+//     model_optim_rng.pt in every Megatron rank folder with no gap in the
+//     rank indexes (megatronrecord.go), the file each Composer latest
+//     link names (composer.go);
 //   - no temporary name ([IsTempName]) lies in the step;
 //   - with [Options.ExpectedRanks] set, that many ranks are accounted for:
 //     the writers the file names give ([RankOf], or the (dp, mp) pair of a

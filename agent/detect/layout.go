@@ -112,7 +112,7 @@ func newLayout(opts *Options) (Layout, error) {
 	}
 	log := opts.Logger
 	specific := func() []Layout {
-		return []Layout{composerLayout{}, deepspeedLayout{}, &megatronLayout{}, &hfLayout{log: log}, &dcpLayout{pattern: pattern, log: log, multiNode: opts.Nodes > 1}, &singleLayout{log: log}}
+		return []Layout{&composerLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &deepspeedLayout{log: log, multiNode: opts.Nodes > 1}, &megatronLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &hfLayout{log: log}, &dcpLayout{pattern: pattern, dcpRecords: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &singleLayout{log: log}}
 	}
 	switch opts.Layout {
 	case "auto":

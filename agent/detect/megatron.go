@@ -27,6 +27,9 @@ import (
 //     torch_dist ("__{R}_{n}.distcp", ".metadata", "common.pt",
 //     "metadata.json"). Ranks by RankOf: "mp_rank_{TT}" folders give the
 //     tensor-parallel rank, distcp files the writer's rank.
+//   - Record: a fresh tracker implies model_optim_rng.pt in every
+//     mp_rank folder and no gap in the rank indexes; a torch_dist
+//     folder's .metadata is DCP's record (megatronrecord.go).
 //   - Pointer: Generated tracker file holding the iteration in decimal
 //     without a newline, as Megatron writes it.
 type megatronLayout struct {
@@ -36,6 +39,8 @@ type megatronLayout struct {
 	last int64
 	// changedTo holds the iterations the tracker was seen changing to.
 	changedTo map[int64]bool
+	// rec reads torch_dist folders' .metadata (megatronrecord.go).
+	rec dcpRecords
 }
 
 var (
@@ -71,6 +76,8 @@ func (l *megatronLayout) Steps(t *Tree) []Candidate {
 			c.Waiting = megatronTracker + " does not name iteration " + strconv.FormatInt(n, 10) + " or later"
 		}
 		requireFresh(t, &c, megatronTracker, nil)
+		requireRankFolders(t, &c, root, l.rec.multiNode)
+		l.requireTorchDist(t, &c, root)
 		c.Moved = haveLatest && latest > n
 		c.Step.Generated = []Generated{{RelPath: megatronTracker, Data: []byte(strconv.FormatInt(n, 10))}}
 		out = append(out, c)

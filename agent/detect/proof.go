@@ -161,6 +161,8 @@ func stuckHint(c *Candidate, why string) string {
 		return "--expected-ranks counts the ranks of this node that write files; check it, or leave it unset"
 	case strings.HasPrefix(why, "marker: record: "):
 		return "the step's files disagree with what its framework recorded (a shard torn, deleted, or rewritten after the save): it is not committed; the trainer's next complete save is, and a save run again in full replaces it"
+	case strings.HasPrefix(why, "record: "):
+		return "a file the framework's own record implies is not here: a rank still writing it (it lands soon), or one killed, or a cleanup's deletion; the step is not committed until the file is there, and the trainer's next complete save is"
 	case strings.HasPrefix(why, "marker: "):
 		return "the framework writes the marker last: if the save was interrupted the step is torn and is not committed; on a node that never holds global rank 0, see docs/many-nodes.md (--no-marker with --expected-ranks)"
 	case strings.HasPrefix(why, "step folder "):

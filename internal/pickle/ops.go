@@ -266,6 +266,17 @@ func (d *decoder) extend(op byte) error {
 			t.Items = append(t.Items, items...)
 			return nil
 		}
+	case *Object:
+		// A dict or list subclass (collections.OrderedDict, which
+		// torch's state dicts are) is pickled as a call, then its items
+		// (object.__reduce_ex__'s dictitems and listitems).
+		switch op {
+		case 's', 'u':
+			return addItems(&t.Items, items)
+		case 'a', 'e':
+			t.Elems = append(t.Elems, items...)
+			return nil
+		}
 	}
 	return fmt.Errorf("opcode %q applied to a %T", rune(op), target)
 }
@@ -337,6 +348,12 @@ func (d *decoder) callOp(op byte) (bool, error) {
 		return true, d.call(false)
 	case 0x92: // NEWOBJ_EX
 		return true, d.call(true)
+	case 'Q': // BINPERSID: torch.save's reference to a tensor's storage
+		id, err := d.pop()
+		if err != nil {
+			return true, err
+		}
+		return true, d.push(Persistent{ID: id})
 	case 'b': // BUILD
 		state, err := d.pop()
 		if err != nil {

@@ -2,7 +2,8 @@
 // decoder for the subset of the pickle protocols (2 to 5) that Python's
 // pickler writes for plain objects, dataclasses, dicts, lists, tuples,
 // sets, numbers, strings and bytes. PyTorch DCP's ".metadata" is such a
-// pickle; ferry reads it to learn what a checkpoint step holds.
+// pickle, and so is the data.pkl of a torch.save archive (DeepSpeed's
+// model states); ferry reads them to learn what a checkpoint step holds.
 //
 // Nothing is ever imported or called. A global ("module.name") is a
 // [Global] value; a call of one (REDUCE, NEWOBJ, NEWOBJ_EX) is an
@@ -12,9 +13,10 @@
 // The input is untrusted: every length is checked against the bytes that
 // remain before anything is allocated, the number of values created is
 // capped (Limits.MaxValues), and so are the memo and the nesting of marks.
-// Opcodes that need outside help (persistent ids, the extension registry,
-// out-of-band buffers) and the text opcodes of protocol 0 are refused with
-// an error naming them.
+// A persistent id (BINPERSID, torch.save's reference to a tensor's
+// storage) is a [Persistent] value. Opcodes that need outside help (the
+// extension registry, out-of-band buffers) and the text opcodes of
+// protocol 0 are refused with an error naming them.
 //
 // Why not a library: github.com/nlpodyssey/gopickle (the one maintained
 // Go reader) allocates buffers of the lengths the input declares before
@@ -51,6 +53,20 @@ type Object struct {
 	// State is what BUILD passed, nil if none: usually a *Dict of
 	// attributes, or a Tuple (dict, slots dict).
 	State any
+	// Items and Elems are what SETITEM(S) and APPEND(S) added to the
+	// object: the entries of a dict subclass (collections.OrderedDict)
+	// and the elements of a list subclass.
+	Items Dict
+	Elems []any
+}
+
+// Persistent is a reference BINPERSID makes to something stored outside
+// the pickle, with the id the pickler gave it: torch.save refers so to
+// each tensor's storage (a tuple ("storage", type, key, location,
+// numel)), stored as its own member of the zip archive. It is kept as a
+// value: nothing is loaded.
+type Persistent struct {
+	ID any
 }
 
 // Class names the callable when it is a Global, else "".

@@ -95,7 +95,7 @@ func TestDecodePythonCorpus(t *testing.T) {
 // every byte, and trailing bytes are errors, never panics or values.
 func TestDecodeRefuses(t *testing.T) {
 	cases := map[string][]byte{
-		"persistent id":  []byte("\x80\x04K\x01Q."),
+		"text persid":    []byte("\x80\x02P1\n."),
 		"extension":      []byte("\x80\x04\x82\x01."),
 		"out of band":    []byte("\x80\x05\x97."),
 		"text INT":       []byte("I1\n."),
@@ -172,4 +172,41 @@ func FuzzDecode(f *testing.F) {
 			t.Errorf("decode took %v for %d bytes", d, len(data))
 		}
 	})
+}
+
+// TestDecodeTorchSaveShapes: what torch.save writes around its tensors
+// (pickletools.dis of a state dict): a persistent id for each storage is
+// a value, and an OrderedDict (a call of collections.OrderedDict, with a
+// BUILD of its _metadata attribute) gets the items SETITEMS adds.
+func TestDecodeTorchSaveShapes(t *testing.T) {
+	// {"module": OrderedDict(w=<storage ("storage", "0")>) with
+	// _metadata, "dp": 4, "l": list subclass with two APPENDs}
+	data := []byte("\x80\x02}q\x00(X\x06\x00\x00\x00moduleq\x01ccollections\nOrderedDict\nq\x02)Rq\x03" +
+		"}X\x09\x00\x00\x00_metadataK\x01sb" +
+		"(X\x01\x00\x00\x00wX\x07\x00\x00\x00storageX\x01\x00\x00\x000\x86QuX\x02\x00\x00\x00dpK\x04" +
+		"X\x01\x00\x00\x00lcm\nL\n)RK\x01aK\x02au.")
+	v, err := Decode(data, DefaultLimits)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	top := v.(*Dict)
+	mod, _ := top.Get("module")
+	od, ok := mod.(*Object)
+	if !ok || od.Class() != "collections.OrderedDict" {
+		t.Fatalf("module is %#v, want an OrderedDict object", mod)
+	}
+	w, ok := od.Items.Get("w")
+	if p, isP := w.(Persistent); !ok || !isP || fmt.Sprint(p.ID) != "[storage 0]" {
+		t.Fatalf("OrderedDict item w = %#v, want a persistent id (storage, 0)", w)
+	}
+	if md, ok := od.Attr("_metadata"); !ok || md != int64(1) {
+		t.Errorf("_metadata = %v, want 1 from BUILD", md)
+	}
+	if dp, _ := top.Get("dp"); dp != int64(4) {
+		t.Errorf("dp = %v, want 4", dp)
+	}
+	l, _ := top.Get("l")
+	if o, ok := l.(*Object); !ok || len(o.Elems) != 2 || o.Elems[1] != int64(2) {
+		t.Errorf("list subclass = %#v, want two appended elements", l)
+	}
 }
