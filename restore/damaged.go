@@ -119,6 +119,7 @@ func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, 
 		opts.Logger.Warn("could not read the bucket's records of damaged steps; restoring as if there were none", zap.Error(err))
 	}
 	var skipped []Skipped
+	opts.Peers = joinOnce(opts)
 	for {
 		res, err := restoreUnlessRecorded(ctx, opts, step, damaged, growBudget)
 		var de *DamagedError
@@ -144,6 +145,28 @@ func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, 
 		if err != nil {
 			return Result{Step: -1, Skipped: skipped}, fmt.Errorf("restore under %q: find the step before %d: %w", opts.Prefix, s.Step, err)
 		}
+	}
+}
+
+// joinOnce returns opts.Peers for the first step that gets as far as the
+// download, and the bucket alone for any step tried after it: a node joins
+// its peers for one step (peer.Node.Join), and a step found damaged after
+// the join leaves the fallback to the bucket. Every byte is still
+// verified; only the sharing of ranges is lost.
+func joinOnce(opts Options) func(context.Context, PeerRequest) (store.Store, error) {
+	join := opts.Peers
+	if join == nil {
+		return nil
+	}
+	var joined bool
+	return func(ctx context.Context, req PeerRequest) (store.Store, error) {
+		if joined {
+			opts.Logger.Warn("restoring this step from the bucket alone: this node joined its peers for a newer step, found damaged",
+				zap.Int64("step", req.Step))
+			return opts.Store, nil
+		}
+		joined = true
+		return join(ctx, req)
 	}
 }
 
