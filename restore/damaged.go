@@ -27,10 +27,12 @@ type DamagedError struct {
 	// Path is the damaged file's manifest path and Key its object; for a
 	// manifest that does not validate Path is empty and Key the manifest's.
 	Path, Key string
-	// Recorded is set when the step was skipped for its record in the
-	// bucket, without reading it.
-	Recorded bool
-	Err      error
+	// Recorded is set when the bucket records the step damaged: it was
+	// skipped for that record without reading it, or, with Meanwhile,
+	// the record was written by another restore while this one read the
+	// step (crosscheck.go).
+	Recorded, Meanwhile bool
+	Err                 error
 }
 
 func (e *DamagedError) Error() string   { return e.Err.Error() }
@@ -47,8 +49,9 @@ type Skipped struct {
 	// Record says what became of the bucket's record of the damage:
 	// "recorded" (by this restore), "recorded before" (by an earlier
 	// restore or verify, so the step was not read), "already recorded"
-	// (another node wrote it first), or "not recorded: ..." with why
-	// (read-only credentials, say).
+	// (another node wrote it first, or wrote it while this restore read
+	// the step, which it then did not place), or "not recorded: ..." with
+	// why (read-only credentials, say).
 	Record string `json:"record"`
 }
 
@@ -128,7 +131,10 @@ func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, 
 			return res, err
 		}
 		s := Skipped{Step: de.Step, Path: de.Path, Key: de.Key, Reason: de.Err.Error(), Record: "recorded before"}
-		if !de.Recorded {
+		switch {
+		case de.Meanwhile:
+			s.Record = "already recorded"
+		case !de.Recorded:
 			s = recordDamage(ctx, opts, de)
 		}
 		skipped = append(skipped, s)
@@ -177,6 +183,6 @@ func restoreUnlessRecorded(ctx context.Context, opts Options, step int64, damage
 		err := fmt.Errorf("step %d is recorded damaged in the bucket (%s): %s", step, manifest.DamagedKey(opts.Prefix, step), d.Reason)
 		return Result{Step: step}, &DamagedError{Step: step, Path: d.Path, Key: d.Key, Recorded: true, Err: err}
 	}
-	opts.Step = step
+	opts.Step, opts.latest = step, true
 	return restoreStep(ctx, opts, growBudget)
 }
