@@ -27,10 +27,12 @@ type DamagedError struct {
 	// Path is the damaged file's manifest path and Key its object; for a
 	// manifest that does not validate Path is empty and Key the manifest's.
 	Path, Key string
-	// Recorded is set when the step was skipped for its record in the
-	// bucket, without reading it.
-	Recorded bool
-	Err      error
+	// Recorded is set when the bucket records the step damaged: it was
+	// skipped for that record without reading it, or, with Meanwhile,
+	// the record was written by another restore while this one read the
+	// step (crosscheck.go).
+	Recorded, Meanwhile bool
+	Err                 error
 }
 
 func (e *DamagedError) Error() string   { return e.Err.Error() }
@@ -47,8 +49,9 @@ type Skipped struct {
 	// Record says what became of the bucket's record of the damage:
 	// "recorded" (by this restore), "recorded before" (by an earlier
 	// restore or verify, so the step was not read), "already recorded"
-	// (another node wrote it first), or "not recorded: ..." with why
-	// (read-only credentials, say).
+	// (another node wrote it first, or wrote it while this restore read
+	// the step, which it then did not place), or "not recorded: ..." with
+	// why (read-only credentials, say).
 	Record string `json:"record"`
 }
 
@@ -119,6 +122,7 @@ func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, 
 		opts.Logger.Warn("could not read the bucket's records of damaged steps; restoring as if there were none", zap.Error(err))
 	}
 	var skipped []Skipped
+	opts.Peers = joinOnce(opts)
 	for {
 		res, err := restoreUnlessRecorded(ctx, opts, step, damaged, growBudget)
 		var de *DamagedError
@@ -127,7 +131,10 @@ func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, 
 			return res, err
 		}
 		s := Skipped{Step: de.Step, Path: de.Path, Key: de.Key, Reason: de.Err.Error(), Record: "recorded before"}
-		if !de.Recorded {
+		switch {
+		case de.Meanwhile:
+			s.Record = "already recorded"
+		case !de.Recorded:
 			s = recordDamage(ctx, opts, de)
 		}
 		skipped = append(skipped, s)
@@ -147,6 +154,28 @@ func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, 
 	}
 }
 
+// joinOnce returns opts.Peers for the first step that gets as far as the
+// download, and the bucket alone for any step tried after it: a node joins
+// its peers for one step (peer.Node.Join), and a step found damaged after
+// the join leaves the fallback to the bucket. Every byte is still
+// verified; only the sharing of ranges is lost.
+func joinOnce(opts Options) func(context.Context, PeerRequest) (store.Store, error) {
+	join := opts.Peers
+	if join == nil {
+		return nil
+	}
+	var joined bool
+	return func(ctx context.Context, req PeerRequest) (store.Store, error) {
+		if joined {
+			opts.Logger.Warn("restoring this step from the bucket alone: this node joined its peers for a newer step, found damaged",
+				zap.Int64("step", req.Step))
+			return opts.Store, nil
+		}
+		joined = true
+		return join(ctx, req)
+	}
+}
+
 // restoreUnlessRecorded restores step, or fails with a DamagedError
 // without reading it when the bucket records it damaged.
 func restoreUnlessRecorded(ctx context.Context, opts Options, step int64, damaged map[int64]remote.Damage, growBudget bool) (Result, error) {
@@ -154,6 +183,6 @@ func restoreUnlessRecorded(ctx context.Context, opts Options, step int64, damage
 		err := fmt.Errorf("step %d is recorded damaged in the bucket (%s): %s", step, manifest.DamagedKey(opts.Prefix, step), d.Reason)
 		return Result{Step: step}, &DamagedError{Step: step, Path: d.Path, Key: d.Key, Recorded: true, Err: err}
 	}
-	opts.Step = step
+	opts.Step, opts.latest = step, true
 	return restoreStep(ctx, opts, growBudget)
 }

@@ -30,6 +30,14 @@
 // them again. Until the commit the old and new copies of a replaced file
 // both take space.
 //
+// A damaged step (damaged.go: an object missing, cut short or of other
+// bytes, a manifest that does not validate) is recorded in the bucket and,
+// with Options.Fallback, skipped for the newest restorable one. The latest
+// step is placed only if every node of a job can restore it
+// (crosscheck.go): a restore of some ranks checks the size of every object
+// it does not download, and reads the step's damage record again just
+// before placing it.
+//
 // One restore at a time per target directory: a restore removes temp files
 // left by an earlier, interrupted one, which would break a concurrent one.
 //

@@ -191,6 +191,11 @@ func (w *chunkWriter) getRange(ctx context.Context, off, end int64) error {
 		if errors.Is(err, store.ErrNotExist) || errors.Is(err, errTooLong) || errors.As(err, &werr) {
 			return err // fetching again cannot help
 		}
+		if errors.Is(err, errShort) {
+			if short := w.truncated(ctx, key, err); short != nil {
+				return short
+			}
+		}
 		if w.pos > start && !errors.Is(err, errLowSpeed) {
 			retries = 0 // a body that keeps delivering is worth following
 		}
@@ -207,6 +212,21 @@ func (w *chunkWriter) getRange(ctx context.Context, off, end int64) error {
 		}
 	}
 	return nil
+}
+
+// truncated tells a truncated object from a body cut short: a body that
+// ended cleanly before the range did may be either (a proxy that drops
+// the length reads as a clean end), so one HEAD asks the bucket. An
+// object shorter than the manifest records fails at once (err, with the
+// object's size); otherwise truncated returns nil and the range is asked
+// again as for any broken body.
+func (w *chunkWriter) truncated(ctx context.Context, key string, err error) error {
+	want := w.t.job.file.ObjectSize()
+	info, herr := w.r.bucket.Head(ctx, key)
+	if herr != nil || info.Size >= want {
+		return nil
+	}
+	return fmt.Errorf("%w: the object has %d bytes, the manifest says %d", err, info.Size, want)
 }
 
 var (

@@ -129,6 +129,10 @@ type Options struct {
 	// finder in the record.
 	NoRecord bool
 	RecordBy string
+	// latest is set when the step restored was chosen as the latest
+	// (LatestStep): the step is then placed only if every node can
+	// restore it (crosscheck.go).
+	latest bool
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -284,6 +288,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rt
 	}
 	r := newRestorer(opts, p, growBudget)
 	r.ttfb.seed = rtt
+	ctx, checked := guardLatest(ctx, r, m, p, ranks)
 	res.Files, res.Bytes = len(p.files), r.total
 	if opts.PlanOnly {
 		plan := summarize(p, r.opts.ChunkSize)
@@ -306,7 +311,7 @@ func restoreManifest(ctx context.Context, opts Options, m *manifest.Manifest, rt
 	r.log.Info("restoring checkpoint", zap.Int64("step", m.Step), zap.String("dir", p.root),
 		zap.Int("files", len(p.files)), zap.Int64("bytes", r.total), zap.Int("symlinks", len(p.links)))
 
-	err = r.run(ctx, p)
+	err = checked(r.run(ctx, p))
 	res.Kept, res.Downloaded, res.Direct, res.BytesDownloaded = r.kept, r.downloaded, r.direct, r.fetched
 	if err != nil {
 		return res, err

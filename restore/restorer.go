@@ -49,6 +49,10 @@ type restorer struct {
 	madeOutside []string // the target directory and its missing parents
 	// staged are the verified files waiting for commit (commit.go).
 	staged []*stagedFile
+	// beforeCommit, when set, runs once every file is verified and
+	// staged, before the step is placed; its error fails the restore with
+	// nothing placed (crosscheck.go).
+	beforeCommit func(context.Context) error
 }
 
 func newRestorer(opts Options, p *plan, growBudget bool) *restorer {
@@ -85,6 +89,11 @@ func (r *restorer) run(ctx context.Context, p *plan) (err error) {
 	}
 	if err := r.fetchAll(ctx, p); err != nil {
 		return err
+	}
+	if r.beforeCommit != nil {
+		if err := r.beforeCommit(ctx); err != nil {
+			return err
+		}
 	}
 	if err := r.commit(p); err != nil {
 		return err

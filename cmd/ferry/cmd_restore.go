@@ -65,7 +65,7 @@ func newRestoreCommand() *cli.Command {
 			env: "FERRY_FROM is the location every command that reads a run reads (restore, list, show, verify, prune, copy's " +
 				"source); FERRY_CONCURRENCY (requests in flight) is shared with push and the agent, with the same default.",
 			examples: []string{
-				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty --on-damaged previous",
+				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --allow-empty --on-damaged previous --set-aside-newer",
 				"ferry restore --from s3://my-bucket/run --to /nvme/ckpt --step 1000 --exclude '*optim*'",
 			},
 			exits: []string{"0 restored (or, with --allow-empty, nothing is committed yet and --to exists, empty); with " +

@@ -64,20 +64,45 @@ func DamagedSteps(ctx context.Context, st store.Store, prefix string) (map[int64
 		if !ok {
 			continue
 		}
-		d := Damage{Step: step}
 		data, err := ReadObject(ctx, st, key)
 		if errors.Is(err, store.ErrNotExist) {
 			continue // cleared meanwhile
 		}
-		switch {
-		case err != nil:
-			d.Reason = fmt.Sprintf("recorded damaged (the record %s could not be read: %v)", key, err)
-		case len(data) > maxDamageRecord || json.Unmarshal(data, &d) != nil || d.Step != step:
-			d = Damage{Step: step, Reason: fmt.Sprintf("recorded damaged (the record %s is not one ferry wrote)", key)}
-		}
-		out[step] = d
+		out[step] = decodeDamage(step, key, data, err)
 	}
 	return out, nil
+}
+
+// DamageOf reads the damage record of step, with one GET: whether there
+// is one, and what it says. A restore of the latest step asks just before
+// it places the step, so that a node does not place a step another node
+// found damaged while both were reading it.
+func DamageOf(ctx context.Context, st store.Store, prefix string, step int64) (Damage, bool, error) {
+	key := manifest.DamagedKey(prefix, step)
+	data, err := ReadObject(ctx, st, key)
+	switch {
+	case errors.Is(err, store.ErrNotExist) && !errors.Is(err, store.ErrNoBucket):
+		return Damage{}, false, nil
+	case err != nil && ctx.Err() != nil:
+		return Damage{}, false, err
+	case err != nil:
+		return Damage{}, false, fmt.Errorf("read the damage record of step %d: %w", step, err)
+	}
+	return decodeDamage(step, key, data, nil), true, nil
+}
+
+// decodeDamage decodes the record at key (read with err). A record that
+// cannot be read or decoded still marks its step, with the reason saying
+// so.
+func decodeDamage(step int64, key string, data []byte, err error) Damage {
+	d := Damage{Step: step}
+	switch {
+	case err != nil:
+		d.Reason = fmt.Sprintf("recorded damaged (the record %s could not be read: %v)", key, err)
+	case len(data) > maxDamageRecord || json.Unmarshal(data, &d) != nil || d.Step != step:
+		d = Damage{Step: step, Reason: fmt.Sprintf("recorded damaged (the record %s is not one ferry wrote)", key)}
+	}
+	return d
 }
 
 // ClearDamage removes the damage record of step, reporting whether there

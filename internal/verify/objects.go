@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
@@ -69,12 +72,29 @@ func (o found) problem(step int64, f manifest.File) (Problem, bool) {
 	return p, false
 }
 
+// Sizes checks, without reading any byte, that every object files
+// reference is in the bucket with the size the manifest records (the
+// pack's for a packed file), and returns a problem for each that is not
+// (Missing, WrongSize; a pack's names every file of files it holds).
+// limit bounds the requests in flight. A restore of some ranks asks it
+// about the files it does not download, so that it places a step only if
+// the other nodes can restore it too.
+func Sizes(ctx context.Context, st store.Store, step int64, files []manifest.File, limit int) ([]Problem, error) {
+	present, err := checkObjects(ctx, st, files, limit)
+	if err != nil {
+		return nil, err
+	}
+	probs, _ := present.problems(step, files)
+	return probs, nil
+}
+
 // checkObjects finds the objects files reference, each once however many
-// files it holds. Objects sit in one folder per push attempt (and
-// deduplicated files in earlier steps' folders), so a folder holding
-// several of them is listed, 1,000 keys per request, and a folder holding
-// one is asked with a HEAD: whichever takes fewer requests.
-func checkObjects(ctx context.Context, st store.Store, files []manifest.File) (found, error) {
+// files it holds, with up to limit requests in flight. Objects sit in one
+// folder per push attempt (and deduplicated files in earlier steps'
+// folders), so a folder holding several of them is listed, 1,000 keys per
+// request, and a folder holding one is asked with a HEAD: whichever takes
+// fewer requests.
+func checkObjects(ctx context.Context, st store.Store, files []manifest.File, limit int) (found, error) {
 	byDir := map[string]map[string]bool{}
 	for _, f := range files {
 		dir := folder(f)
@@ -84,24 +104,36 @@ func checkObjects(ctx context.Context, st store.Store, files []manifest.File) (f
 		byDir[dir][f.Key] = true
 	}
 	out := found{}
+	var mu sync.Mutex
+	add := func(key string, size int64) {
+		mu.Lock()
+		out[key] = size
+		mu.Unlock()
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(limit, 1))
 	for dir, keys := range byDir {
 		if len(keys) == 1 {
 			for k := range keys {
-				if err := head(ctx, st, k, out); err != nil {
-					return nil, err
-				}
+				g.Go(func() error { return head(ctx, st, k, add) })
 			}
 			continue
 		}
-		err := st.List(ctx, dir, "", 0, func(o store.ObjectInfo) error {
-			if keys[o.Key] {
-				out[o.Key] = o.Size
+		g.Go(func() error {
+			err := st.List(ctx, dir, "", 0, func(o store.ObjectInfo) error {
+				if keys[o.Key] {
+					add(o.Key, o.Size)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("list %s: %w", dir, err)
 			}
 			return nil
 		})
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", dir, err)
-		}
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -121,11 +153,11 @@ func folder(f manifest.File) string {
 }
 
 // head records the size of the object at key, if there is one.
-func head(ctx context.Context, st store.Store, key string, out found) error {
+func head(ctx context.Context, st store.Store, key string, add func(string, int64)) error {
 	info, err := st.Head(ctx, key)
 	switch {
 	case err == nil:
-		out[key] = info.Size
+		add(key, info.Size)
 	case !errors.Is(err, store.ErrNotExist):
 		return fmt.Errorf("head %s: %w", key, err)
 	}

@@ -144,7 +144,7 @@ func verifyStep(ctx context.Context, opts Options, step int64) (StepReport, erro
 	for _, f := range m.Files {
 		rep.Bytes += f.Size
 	}
-	present, err := checkObjects(ctx, opts.Store, m.Files)
+	present, err := checkObjects(ctx, opts.Store, m.Files, opts.Concurrency)
 	if err != nil {
 		return rep, fmt.Errorf("verify step %d: %w", step, err)
 	}
