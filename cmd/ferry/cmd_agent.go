@@ -64,6 +64,7 @@ type agentOptions struct {
 	// nodes (--serve-peers).
 	servePeers, peerToken string
 	peerTLS               bool
+	peerAllow             string // --peer-allow ("": any address)
 }
 
 func newAgentCommand() *cli.Command {
@@ -143,6 +144,12 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 		if o.peerToken, err = readPeerToken(c); err != nil {
 			return o, err
 		}
+	}
+	if o.peerAllow, err = readPeerAllow(c, false); err != nil {
+		return o, err
+	}
+	if o.peerAllow != "" && o.servePeers == "" {
+		return o, usagef("--peer-allow needs --serve-peers")
 	}
 	if o.node, err = readNodes(c, os.Getenv); err != nil {
 		return o, err
