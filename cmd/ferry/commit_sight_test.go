@@ -71,7 +71,11 @@ func hideFromNobody(t *testing.T, watch string) {
 // file nobody could not. Before, the agent looked with its own (root's)
 // rights: nobody's declaration of private/key.pem was taken (exit 0)
 // while private/nokey.pem was "no such file" (exit 1).
-func TestCommitAnswersUnseenAsMissing(t *testing.T) {
+func TestCommitAnswersUnseenAsMissing(t *testing.T) { commitSightCheck(t) }
+
+// commitSightCheck runs TestCommitAnswersUnseenAsMissing's attack and the
+// legitimate commits beside it (the attack sweep reruns it).
+func commitSightCheck(t *testing.T) {
 	watch, base, dest, bin := sightAgent(t)
 	hideFromNobody(t, watch)
 	for _, c := range [][2]string{
