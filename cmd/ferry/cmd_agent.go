@@ -144,12 +144,9 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 		if o.peerToken, err = readPeerToken(c); err != nil {
 			return o, err
 		}
-	}
-	if o.peerAllow, err = readPeerAllow(c, false); err != nil {
-		return o, err
-	}
-	if o.peerAllow != "" && o.servePeers == "" {
-		return o, usagef("--peer-allow needs --serve-peers")
+		if o.peerAllow, err = readPeerAllow(c, false); err != nil {
+			return o, err
+		}
 	}
 	if o.node, err = readNodes(c, os.Getenv); err != nil {
 		return o, err

@@ -104,7 +104,6 @@ func TestCLIPeerAllow(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"restore", "--from", url, "--to", t.TempDir(), "--peers", "127.0.0.1:1,127.0.0.1:2", "--peer-allow", "node7"},
-		{"restore", "--from", url, "--to", t.TempDir(), "--peer-allow", "peers"},
 		{"agent", "--watch", t.TempDir(), "--to", url, "--serve-peers", "127.0.0.1:0", "--peer-allow", "peers"},
 	} {
 		if r := ferry(t, srv, args...).must(t, 2); strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "--peer-allow") {

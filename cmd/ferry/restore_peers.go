@@ -56,10 +56,8 @@ func peerFlags() []cli.Flag {
 
 func readPeerOptions(c *cli.Context) (*peerOptions, error) {
 	if c.String("peers") == "" {
-		for _, f := range []string{"peer-rank", "peer-allow"} {
-			if c.IsSet(f) {
-				return nil, usagef("--%s needs --peers", f)
-			}
+		if c.IsSet("peer-rank") {
+			return nil, usagef("--peer-rank needs --peers")
 		}
 		return nil, nil
 	}
