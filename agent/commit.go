@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"go.uber.org/zap"
+
+	"github.com/ferrylabs/ferry/agent/control"
+	"github.com/ferrylabs/ferry/agent/detect"
+	"github.com/ferrylabs/ferry/internal/confine"
 )
 
 // The trainer's own word (`ferry commit --step N`, the control socket's
@@ -62,7 +68,7 @@ func (a *Agent) Commit(ctx context.Context, n int64, paths []string, wait bool) 
 		a.byTrainer[n] = tc
 	}
 	a.mu.Unlock()
-	if err := a.watcher.Declare(n, paths); err != nil {
+	if err := a.watcher.DeclareFor(n, paths, callerSees(ctx)); err != nil {
 		a.forget(n)
 		return fmt.Errorf("commit step %d: %w", n, err)
 	}
@@ -125,4 +131,35 @@ func (a *Agent) whyWaiting(n int64) string {
 		return string(e.status.State)
 	}
 	return "not found complete on disk"
+}
+
+// callerSees returns what the caller of a control request (ctx) may see
+// beneath the watch dir, nil for root, the agent's own user and calls
+// from within the agent: they see what the agent sees. Anyone else (a
+// user who may read the watch dir) sees a path only through folders it
+// may search, and a file only if it may read it (a folder: list and
+// search it), as the kernel would let it: a file in another user's 0700
+// folder is, to it, no file at all, and declaring it would make the
+// agent read and upload what the caller could not.
+func callerSees(ctx context.Context) detect.Sees {
+	p, ok := control.CallerOf(ctx)
+	if !ok || !p.Known || p.UID == 0 || int(p.UID) == os.Geteuid() {
+		return nil
+	}
+	return func(st confine.Stat, o confine.Owner, last bool) bool {
+		want := fs.FileMode(0o1) // search, on the way
+		switch {
+		case !o.Known:
+			return false
+		case !last && st.Mode&fs.ModeDir == 0:
+			return false
+		case last && st.Mode&fs.ModeSymlink != 0:
+			return true // a link itself has no rights; its folder's were checked
+		case last && st.Mode&fs.ModeDir != 0:
+			want = 0o5
+		case last:
+			want = 0o4
+		}
+		return p.Allows(o.UID, o.GID, o.Perm, want)
+	}
 }

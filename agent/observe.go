@@ -62,7 +62,7 @@ func gaugeState(e *entry, now time.Time) string {
 	case control.StateNodeDone:
 		return control.GaugeNodeDone
 	case control.StateFailed:
-		if e.nextTry.Sub(now) > failedForGood {
+		if failedForGoodAt(e, now) {
 			return control.GaugeFailed
 		}
 		return control.GaugeRetrying

@@ -26,7 +26,7 @@ func (a *Agent) work(ctx context.Context) {
 			a.upload(ctx, e)
 			continue
 		}
-		if a.draining.Load() && len(a.unfinished()) == 0 {
+		if a.draining.Load() && !a.drainLeft() {
 			return
 		}
 		var timer *time.Timer
@@ -85,7 +85,7 @@ func (a *Agent) before(e, f *entry) bool {
 // dueLocked is when a waiting step may be tried next.
 func (a *Agent) dueLocked(e *entry) time.Time {
 	due := e.nextTry
-	if a.draining.Load() {
+	if a.draining.Load() && !failedForGoodAt(e, time.Now()) {
 		// While draining, retry a failed step rather than sleeping out its
 		// backoff, but not back to back: a step the server refuses at once
 		// (403) would be sent again and again until the drain timeout.
@@ -94,6 +94,32 @@ func (a *Agent) dueLocked(e *entry) time.Time {
 		}
 	}
 	return due
+}
+
+// drainLeft reports whether a drain has a step left to upload: one
+// waiting, uploading or failed and to be retried. A step failed for good
+// (failForGoodLocked: its manifest refused, its bytes not what the
+// framework recorded) is not tried again on the way out either.
+func (a *Agent) drainLeft() bool {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.steps {
+		switch e.status.State {
+		case control.StatePending, control.StateUploading:
+			return true
+		case control.StateFailed:
+			if !failedForGoodAt(e, now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// failedForGoodAt reports whether e failed for good (failForGoodLocked).
+func failedForGoodAt(e *entry, now time.Time) bool {
+	return e.status.State == control.StateFailed && e.nextTry.Sub(now) > failedForGood
 }
 
 // skipSupersededLocked marks skipped every waiting step older than the

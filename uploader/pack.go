@@ -151,8 +151,13 @@ func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]mani
 			return nil, err
 		}
 	}
-	if err := u.putPack(ctx, key, size, crc, send); err != nil {
-		return nil, err
+	if !u.packDone(ctx, key, size) {
+		if err := u.putPack(ctx, key, size, crc, send); err != nil {
+			return nil, err
+		}
+		if st := u.opts.state; st != nil {
+			st.Note(key, doneObject{Stamp: fileStamp{Size: size}})
+		}
 	}
 	k := 0
 	for j := range members {
@@ -166,6 +171,29 @@ func (u *Uploader) uploadPack(ctx context.Context, members []packMember) ([]mani
 	}
 	u.stats.objects.Add(1)
 	return out, nil
+}
+
+// packDone reports whether the resume state records the pack key as
+// written whole, with size bytes, and the object is still there with its
+// size: a push retried after its manifest was refused (or killed after
+// the pack was sent) reads the pack's files again to name it, and sends
+// none of their bytes. The key is named after the members' paths, sizes
+// and BLAKE3s, so a record of it is a record of the same content.
+func (u *Uploader) packDone(ctx context.Context, key string, size int64) bool {
+	if u.opts.state == nil {
+		return false
+	}
+	done, ok := u.opts.state.GetDone(key)
+	if !ok || done.Stamp.Size != size {
+		return false
+	}
+	info, err := u.opts.Store.Head(ctx, key)
+	if err != nil || info.Size != size {
+		return false
+	}
+	u.durable(size)
+	u.opts.Logger.Debug("pack already uploaded by an earlier attempt", zap.String("key", key))
+	return true
 }
 
 // hashMember hashes one file of a pack, handing each block read to onBlock

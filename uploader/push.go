@@ -122,6 +122,14 @@ func (d Destination) Push(ctx context.Context, s step.Step, o PushOptions) (Push
 	if err != nil {
 		return PushResult{Stats: stats}, fmt.Errorf("push step %d: %w", opts.Step, err)
 	}
+	if state != nil {
+		// The objects sent with one PUT are noted, not saved, as they go:
+		// save them once before the commit, so that a commit the store
+		// or the validator refuses, retried, sends none of them again.
+		if err := state.Save(); err != nil {
+			return PushResult{Stats: stats}, fmt.Errorf("push step %d: %w", opts.Step, err)
+		}
+	}
 	res, err = commitAndCleanUp(ctx, opts, state, attempt, entries)
 	res.Stats = stats
 	return res, err

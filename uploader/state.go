@@ -61,7 +61,9 @@ type stateData struct {
 	Done map[string]doneObject `json:"done"`
 }
 
-// doneObject records a file already uploaded whole to its key.
+// doneObject records an object already uploaded whole to its key: a file
+// (its stamp, BLAKE3 and part size), or a pack of small files (Stamp.Size
+// alone: the pack's key names its members and their hashes).
 type doneObject struct {
 	Stamp    fileStamp `json:"file"`
 	BLAKE3   string    `json:"blake3"`

@@ -1,7 +1,9 @@
 package control
 
 import (
+	"context"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
@@ -28,19 +30,41 @@ func WatchReaders(dir string) Authorizer {
 		if !ok {
 			return refused
 		}
-		perm := fi.Mode().Perm()
-		var bits os.FileMode
-		switch {
-		case p.UID == uid:
+		if p.UID == uid || p.Allows(uid, gid, fi.Mode().Perm(), 0o5) {
 			return nil // the owner may chmod it and read it anyway
-		case p.InGroup(gid):
-			bits = perm >> 3 & 0o7
-		default:
-			bits = perm & 0o7
-		}
-		if bits&0o5 == 0o5 {
-			return nil
 		}
 		return refused
 	}
+}
+
+// Allows reports whether the permission bits perm of a file that uid and
+// gid own grant p every right in want (read 4, write 2, search 1), as the
+// kernel's check reads them: the owner class for the owner, the group
+// class for a member of the file's group, the other class for anyone
+// else; root passes. ACLs are not read: a right only an ACL grants is
+// refused here, never the other way round.
+func (p Peer) Allows(uid, gid uint32, perm, want fs.FileMode) bool {
+	var bits fs.FileMode
+	switch {
+	case p.UID == 0:
+		return true
+	case p.UID == uid:
+		bits = perm >> 6 & 0o7
+	case p.InGroup(gid):
+		bits = perm >> 3 & 0o7
+	default:
+		bits = perm & 0o7
+	}
+	return bits&want == want
+}
+
+// CallerOf returns the caller of the control request whose context ctx
+// is (or derives from), as the kernel named it when it connected; false
+// outside a control request (the agent's own calls, tests).
+func CallerOf(ctx context.Context) (Peer, bool) {
+	pr, ok := ctx.Value(peerKey{}).(peerResult)
+	if !ok || pr.err != nil {
+		return Peer{}, false
+	}
+	return pr.p, true
 }

@@ -41,13 +41,25 @@ func newByTrainer() *byTrainer {
 // that make it (relative to the watched root, slash- or OS-separated, or
 // absolute below it; none: the layout's step n). It checks the paths and
 // returns an error naming a path that is outside the root or missing.
-func (w *Watcher) Declare(n int64, paths []string) error {
+func (w *Watcher) Declare(n int64, paths []string) error { return w.DeclareFor(n, paths, nil) }
+
+// Sees reports whether the caller of a declaration may see an entry
+// beneath the root, from what lstat says of it: each folder on the way
+// (last false) and the path named (last true). Nil: the caller sees what
+// ferry sees.
+type Sees func(st confine.Stat, o confine.Owner, last bool) bool
+
+// DeclareFor is Declare for a caller who may see less than ferry: a path
+// it may not see (sees refuses a folder on the way, or the path itself)
+// gets the answer of a missing path, word for word, so the caller learns
+// nothing of what it cannot look at.
+func (w *Watcher) DeclareFor(n int64, paths []string, sees Sees) error {
 	if n < 0 {
 		return fmt.Errorf("step %d: a step is a number >= 0", n)
 	}
 	rel := make([]string, 0, len(paths))
 	for _, p := range paths {
-		r, err := w.relToRoot(p)
+		r, err := w.relToRoot(p, sees)
 		if err != nil {
 			return err
 		}
@@ -167,11 +179,12 @@ func (w *Watcher) Undeclare(n int64) {
 // relToRoot maps a path the trainer named to a slash path below the root.
 // The path is looked up as every path below the root is (internal/confine:
 // from the root's open descriptor, no link followed on the way), with the
-// agent's rights, which may exceed the caller's: so a missing path, one
-// through a link (r -> / planted in the watch dir), and one the agent
-// cannot look at all get the same answer, and a caller learns nothing of
-// what exists outside the watch dir.
-func (w *Watcher) relToRoot(p string) (string, error) {
+// agent's rights, which may exceed the caller's, and then with the
+// caller's (sees): so a missing path, one through a link (r -> / planted
+// in the watch dir), one the agent cannot look at and one in a folder the
+// caller may not enter all get the same answer, and a caller learns
+// nothing of what exists outside the watch dir or out of its sight.
+func (w *Watcher) relToRoot(p string, sees Sees) (string, error) {
 	abs := p
 	if !filepath.IsAbs(p) {
 		abs = filepath.Join(w.tree.root, p)
@@ -181,26 +194,30 @@ func (w *Watcher) relToRoot(p string) (string, error) {
 		return "", fmt.Errorf("%s is not below the watched directory %s", p, w.tree.root)
 	}
 	r = filepath.ToSlash(r)
-	if !w.existsBeneath(r) {
+	if !w.existsBeneath(r, sees) {
 		return "", fmt.Errorf("%s: %w", p, ErrNoSuchPath)
 	}
 	return r, nil
 }
 
 // ErrNoSuchPath is Declare's error for a path that is not a file or
-// folder beneath the watched directory reached without a link.
-var ErrNoSuchPath = errors.New("no such file or folder below the watched directory (links on the way are not followed)")
+// folder beneath the watched directory reached without a link, or one
+// the caller may not read (DeclareFor).
+var ErrNoSuchPath = errors.New("no such file or folder below the watched directory that you may read (links on the way are not followed)")
 
 // existsBeneath reports whether rel names something beneath the root,
-// reached without following a link.
-func (w *Watcher) existsBeneath(rel string) bool {
+// reached without following a link, that sees (if set) lets the caller
+// see.
+func (w *Watcher) existsBeneath(rel string, sees Sees) bool {
 	d, err := confine.Open(w.tree.root)
 	if err != nil {
 		return false
 	}
 	defer d.Close()
-	_, err = d.Lstat(rel)
-	return err == nil
+	if sees == nil {
+		sees = func(confine.Stat, confine.Owner, bool) bool { return true }
+	}
+	return d.Reachable(rel, sees)
 }
 
 // declaredByTrainer applies the trainer's declarations to the layout's

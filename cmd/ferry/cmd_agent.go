@@ -64,6 +64,7 @@ type agentOptions struct {
 	// nodes (--serve-peers).
 	servePeers, peerToken string
 	peerTLS               bool
+	peerAllow             string // --peer-allow ("": any address)
 }
 
 func newAgentCommand() *cli.Command {
@@ -141,6 +142,9 @@ func readAgentOptions(c *cli.Context) (agentOptions, error) {
 	var err error
 	if o.servePeers != "" {
 		if o.peerToken, err = readPeerToken(c); err != nil {
+			return o, err
+		}
+		if o.peerAllow, err = readPeerAllow(c, false); err != nil {
 			return o, err
 		}
 	}

@@ -27,6 +27,7 @@ func agentFlags() []cli.Flag {
 	flags = append(flags, peerTokenFlags("with --serve-peers")...)
 	flags = append(flags, []cli.Flag{
 		&cli.BoolFlag{Name: "peer-tls", EnvVars: []string{"FERRY_PEER_TLS"}, Usage: "with --serve-peers: serve over TLS, as restore --peer-tls"},
+		peerAllowFlag("with --serve-peers", "addresses and CIDRs (10.0.0.0/16, fd00::/64) of the nodes that restore from this one"),
 		&cli.IntFlag{Name: "keep-local", EnvVars: []string{"FERRY_KEEP_LOCAL"}, Usage: "after a commit, delete local files of committed steps beyond the `N` newest (0: never delete)"},
 		&cli.StringFlag{Name: "metrics-addr", Value: "127.0.0.1:9464", EnvVars: []string{"FERRY_METRICS_ADDR"}, Usage: "Prometheus /metrics, /healthz and /readyz `ADDR` (\"off\" disables)"},
 		&cli.DurationFlag{Name: "ready-store-timeout", Value: agent.DefaultReadyStoreTimeout, EnvVars: []string{"FERRY_READY_STORE_TIMEOUT"},

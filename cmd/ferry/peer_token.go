@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ferrylabs/ferry/internal/peer"
 )
 
 // peerTokenFlags are the ways to give the peers' shared secret: a file
@@ -47,4 +49,31 @@ func readPeerToken(c *cli.Context) (string, error) {
 		return argv, nil
 	}
 	return c.String("peer-token-env"), nil
+}
+
+// peerAllowFlag is --peer-allow: the addresses the peer port accepts
+// connections from; with restore's --peers also "peers", the hosts it
+// names.
+func peerAllowFlag(with, what string) cli.Flag {
+	return &cli.StringFlag{Name: "peer-allow", EnvVars: []string{"FERRY_PEER_ALLOW"},
+		Usage: with + ": accept connections to the peer port only from `LIST`, comma-separated: " + what +
+			"; others are closed before a byte is read (default: any address; every request must still be signed with the job's key)"}
+}
+
+// readPeerAllow checks --peer-allow and returns it ("" for none). peers
+// says whether the command knows its peers (restore --peers): only then
+// may the list name them.
+func readPeerAllow(c *cli.Context, peers bool) (string, error) {
+	spec := c.String("peer-allow")
+	if spec == "" {
+		return "", nil
+	}
+	_, named, err := peer.ParseAllow(spec)
+	if err != nil {
+		return "", usagef("--peer-allow: %v", err)
+	}
+	if named && !peers {
+		return "", usagef("--peer-allow %s: %q is the hosts of restore's --peers; an agent's --serve-peers takes addresses and CIDRs (those of the nodes that restore from it)", spec, peer.AllowPeers)
+	}
+	return spec, nil
 }

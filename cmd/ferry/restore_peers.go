@@ -26,6 +26,7 @@ import (
 // peerOptions are restore's flags for restoring with peers.
 type peerOptions struct {
 	spec, listen, token string
+	allow               string // --peer-allow ("": any address)
 	group, advertise    string
 	rank                int
 	wait, linger        time.Duration
@@ -42,6 +43,7 @@ func peerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "peer-group", EnvVars: []string{"FERRY_PEER_GROUP"}, Usage: "with --peers bucket:N: the `ID` the nodes of this job share, new at each restart (default: SLURM_JOB_ID)"},
 		&cli.StringFlag{Name: "peer-advertise", EnvVars: []string{"FERRY_PEER_ADVERTISE"}, Usage: "with --peers bucket:N: the `HOST:PORT` the others reach this node at (default: --peer-listen's host, else this machine's first non-loopback address)"},
 		&cli.StringFlag{Name: "peer-listen", EnvVars: []string{"FERRY_PEER_LISTEN"}, Usage: "with --peers: the `ADDRESS` to serve peers on (default: this node's own address in the peers, port " + defaultPeerPort + ", not every interface); its port is the peers' where --peers gives none. If it cannot be opened, this node restores from the bucket alone"},
+		peerAllowFlag("with --peers", "\"peers\" (the hosts --peers names, resolved when the restore starts), addresses and CIDRs (10.0.0.0/16, fd00::/64)"),
 		&cli.IntFlag{Name: "peer-rank", Value: -1, Usage: "with --peers: this node's index in the list (default: the entry naming this machine)"},
 	}
 	flags = append(flags, peerTokenFlags("with --peers")...)
@@ -67,6 +69,9 @@ func readPeerOptions(c *cli.Context) (*peerOptions, error) {
 	}
 	var err error
 	if o.token, err = readPeerToken(c); err != nil {
+		return nil, err
+	}
+	if o.allow, err = readPeerAllow(c, true); err != nil {
 		return nil, err
 	}
 	if o.wait <= 0 || o.linger <= 0 {
@@ -96,7 +101,8 @@ func (o *peerOptions) start(ctx context.Context, st store.Store, loc manifest.Lo
 		return fail(fmt.Errorf("restore into %s: %w", dir, err))
 	}
 	n, err := peer.Start(peer.Config{Bucket: st, Key: key, Listener: ln, Peers: peers, Self: self,
-		Wait: o.wait, Linger: o.linger, Concurrency: min(concurrency, peer.DefaultConcurrency), SpoolDir: dir, TLS: o.tls, Logger: log})
+		Wait: o.wait, Linger: o.linger, Concurrency: min(concurrency, peer.DefaultConcurrency), SpoolDir: dir, TLS: o.tls,
+		Allow: allowed(ctx, o.allow, peers, log), Logger: log})
 	if err != nil {
 		return fail(err)
 	}
@@ -277,7 +283,8 @@ func startSeed(ctx context.Context, o agentOptions, st store.Store, loc manifest
 	if err != nil {
 		return nil, err
 	}
-	n, err := peer.Seed(peer.Config{Bucket: st, Key: key, Listen: o.servePeers, TLS: o.peerTLS, Limiter: limiter, Logger: log}, a.Holdings)
+	n, err := peer.Seed(peer.Config{Bucket: st, Key: key, Listen: o.servePeers, TLS: o.peerTLS, Limiter: limiter,
+		Allow: allowed(ctx, o.peerAllow, nil, log), Logger: log}, a.Holdings)
 	if err != nil {
 		return nil, err
 	}
@@ -302,4 +309,25 @@ func peerKey(ctx context.Context, st store.Store, loc manifest.Location, token, 
 		return nil, fmt.Errorf("%s: %w (give --peer-token-file)", flag, err)
 	}
 	return key, nil
+}
+
+// allowed is the peer port's allow list from --peer-allow (spec, checked
+// by readPeerAllow; "" admits any address), with "peers" resolved to the
+// addresses of peers' hosts now. A host that does not resolve is left
+// out with a warning: its node cannot connect, and it restores from the
+// bucket.
+func allowed(ctx context.Context, spec string, peers []string, log *zap.Logger) peer.Allowed {
+	if spec == "" {
+		return nil
+	}
+	a, named, _ := peer.ParseAllow(spec)
+	if named {
+		hosts, errs := peer.ResolvePeers(ctx, peers)
+		for _, err := range errs {
+			log.Warn("--peer-allow peers: a peer's name does not resolve: its connections are refused", zap.Error(err))
+		}
+		a = append(a, hosts...)
+	}
+	log.Info("the peer port accepts connections only from --peer-allow", zap.Stringer("allow", a))
+	return a
 }

@@ -55,6 +55,11 @@ func (d *Dir) lstat(rel string) (Stat, error) {
 	return StatOf(fi), nil
 }
 
+func (d *Dir) lstatOwner(rel string) (Stat, Owner, error) {
+	st, err := d.lstat(rel)
+	return st, Owner{}, err
+}
+
 func (d *Dir) removeIf(rel string, remove func(Stat) bool) (bool, error) {
 	st, err := d.lstat(rel)
 	if err != nil {

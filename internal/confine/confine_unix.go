@@ -83,23 +83,27 @@ func (d *Dir) parent(rel string) (int, string, error) {
 }
 
 func (d *Dir) lstat(rel string) (Stat, error) {
-	if rel == "" {
-		fi, err := d.dir.f.Stat()
-		if err != nil {
-			return Stat{}, err
-		}
-		return StatOf(fi), nil
-	}
-	fd, name, err := d.parent(rel)
-	if err != nil {
-		return Stat{}, err
-	}
-	defer unix.Close(fd)
+	st, _, err := d.lstatOwner(rel)
+	return st, err
+}
+
+func (d *Dir) lstatOwner(rel string) (Stat, Owner, error) {
 	var st unix.Stat_t
-	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return Stat{}, d.pathErr("lstat", rel, err)
+	if rel == "" {
+		if err := unix.Fstat(d.dir.fd, &st); err != nil {
+			return Stat{}, Owner{}, err
+		}
+	} else {
+		fd, name, err := d.parent(rel)
+		if err != nil {
+			return Stat{}, Owner{}, err
+		}
+		defer unix.Close(fd)
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return Stat{}, Owner{}, d.pathErr("lstat", rel, err)
+		}
 	}
-	return statOfSys(&st), nil
+	return statOfSys(&st), Owner{UID: st.Uid, GID: st.Gid, Perm: fs.FileMode(st.Mode) & fs.ModePerm, Known: true}, nil
 }
 
 func (d *Dir) removeIf(rel string, remove func(Stat) bool) (bool, error) {

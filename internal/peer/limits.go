@@ -97,9 +97,11 @@ func newServer(h http.Handler, l serverLimits, wait time.Duration, open *atomic.
 }
 
 // limitListener caps the connections accepted from ln at once, in all
-// and from each address.
-func limitListener(ln net.Listener, l serverLimits) net.Listener {
-	return netutil.LimitListener(&perAddrListener{Listener: ln, max: l.perAddr, first: l.first, open: map[string]int{}}, l.conns)
+// and from each address, and closes at once those from addresses allow
+// does not admit (allow.go).
+func limitListener(ln net.Listener, l serverLimits, allow Allowed, refused *refusals) net.Listener {
+	return netutil.LimitListener(&perAddrListener{Listener: ln, max: l.perAddr, first: l.first, open: map[string]int{},
+		allow: allow, refused: refused}, l.conns)
 }
 
 // perAddrListener closes, as soon as it is accepted, a connection from an
@@ -108,10 +110,12 @@ func limitListener(ln net.Listener, l serverLimits) net.Listener {
 // take every slot and leave the job's nodes waiting in the backlog.
 type perAddrListener struct {
 	net.Listener
-	max   int
-	first time.Duration
-	mu    sync.Mutex
-	open  map[string]int
+	max     int
+	first   time.Duration
+	allow   Allowed   // nil: any address
+	refused *refusals // notes what allow refuses (nil: nothing)
+	mu      sync.Mutex
+	open    map[string]int
 }
 
 func (l *perAddrListener) Accept() (net.Conn, error) {
@@ -119,6 +123,14 @@ func (l *perAddrListener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
+		}
+		if !l.allow.admits(c.RemoteAddr()) {
+			// Before a byte is read: no handshake, no header, no slot.
+			c.Close()
+			if l.refused != nil {
+				l.refused.note(c.RemoteAddr())
+			}
+			continue
 		}
 		addr := addrKey(c)
 		l.mu.Lock()

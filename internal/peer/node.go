@@ -69,6 +69,11 @@ type Config struct {
 	// TLS serves and asks over TLS, with certificates the nodes make and
 	// prove with the key (tls.go). Every node of the job must agree.
 	TLS bool
+	// Allow, when not nil, is every address the port accepts connections
+	// from (--peer-allow): one from elsewhere is closed as it is accepted,
+	// before a byte of it is read. Nil accepts any address (every request
+	// must still be signed).
+	Allow Allowed
 	// Logger receives what happens between peers. Nil logs nothing.
 	Logger *zap.Logger
 
@@ -171,7 +176,7 @@ func Start(cfg Config) (*Node, error) {
 		// as the peer closes it.
 		IdleConnTimeout: cfg.limits.idle * 2 / 3,
 	}
-	n.ln = limitListener(n.ln, cfg.limits)
+	n.ln = limitListener(n.ln, cfg.limits, cfg.Allow, &refusals{log: cfg.Logger})
 	n.srv = newServer(n.handler(), cfg.limits, cfg.Wait, &n.open)
 	if cfg.TLS {
 		if err := n.useTLS(tr); err != nil {
