@@ -301,6 +301,23 @@ func DataKey(prefix string, step int64, attempt, relPath string) string {
 	return DataPrefix(prefix) + StepString(step) + "/" + attempt + "/" + relPath
 }
 
+// StepFromDataKey parses the step of a data object's key:
+// data/<step>/<attempt>/<path>, or a pack's, data/<step>/<attempt>.pack-<name>.
+func StepFromDataKey(prefix, key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, DataPrefix(prefix))
+	if !ok || len(rest) < 13 || rest[12] != '/' {
+		return 0, false
+	}
+	var step int64
+	for _, c := range rest[:12] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		step = step*10 + int64(c-'0')
+	}
+	return step, true
+}
+
 // CheckStep reports whether step can be represented.
 func CheckStep(step int64) error {
 	if step < 0 || step > MaxStep {

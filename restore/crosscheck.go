@@ -25,10 +25,12 @@ import (
 // only the node that reads the file can see: just before placing the step
 // the restore reads the step's damage record once more, and does not place
 // a step another node recorded meanwhile. What remains is a node that
-// placed the step before the finder recorded it: the next restore of the
-// job skips the recorded step on every node, and the entrypoint's
-// `ferry restore --set-aside-newer` moves the step folder it left out of
-// the trainer's way.
+// placed the step before the finder recorded it, which the restore
+// barrier (barrier.go) rules out when the restore knows the job's nodes
+// and run. Without it, the next restore of the job skips the recorded
+// step on every node, and the entrypoint's `ferry restore
+// --set-aside-newer` moves the step folder it left out of the trainer's
+// way.
 
 // crossCheckLimit bounds the LISTs and HEADs of the check in flight.
 const crossCheckLimit = 16
@@ -68,7 +70,7 @@ func guardLatest(ctx context.Context, r *restorer, m *manifest.Manifest, p *plan
 		}
 		cancel(nil)
 		<-c.done
-		if errors.Is(err, ErrHashMismatch) && errors.As(err, &de) && readHereOnly(m, ranks, de.Path) {
+		if r.opts.Barrier == nil && errors.Is(err, ErrHashMismatch) && errors.As(err, &de) && readHereOnly(m, ranks, de.Path) {
 			r.log.Warn("the damaged file is one only this node reads: a node that placed the step before this restore recorded it holds it until its next restore, which skips the step; restart the job if its nodes must start from the same step",
 				zap.Int64("step", m.Step), zap.String("path", de.Path))
 		}
@@ -156,6 +158,8 @@ func (c *crossCheck) sizes(ctx context.Context, files []manifest.File) error {
 // reads the step's damage record (one GET). A record written meanwhile,
 // by another node that read a file this one did not, fails the step as
 // damaged; one that cannot be read is warned about, and the step placed.
+// With Options.Barrier it then waits for every node of the job to have
+// verified its files of the step (barrier.go).
 func (c *crossCheck) wait(ctx context.Context) error {
 	select {
 	case <-c.done:
@@ -172,6 +176,8 @@ func (c *crossCheck) wait(ctx context.Context) error {
 	case err != nil:
 		c.opts.Logger.Warn("could not read the step's damage record before placing it; placing it", zap.Int64("step", c.step), zap.Error(err))
 		return nil
+	case !ok && c.opts.Barrier != nil:
+		return c.barrier(ctx)
 	case !ok:
 		return nil
 	}

@@ -111,10 +111,23 @@ func recordDamage(ctx context.Context, opts Options, de *DamagedError) Skipped {
 // restoreLatest restores the latest committed step; with Options.Fallback
 // it goes on, newest first, past damaged steps (recorded in the bucket, or
 // found damaged and then recorded) to the newest restorable one. Each step
-// after the latest costs one LIST of one key.
-func restoreLatest(ctx context.Context, opts Options, growBudget bool) (Result, error) {
+// after the latest costs one LIST of one key. Beside it, one more LIST of
+// one key looks for objects of a step above the latest (newerData).
+func restoreLatest(ctx context.Context, opts Options, growBudget bool) (res Result, err error) {
 	step, err := remote.LatestStep(ctx, opts.Store, opts.Prefix)
-	if err != nil {
+	none := errors.Is(err, remote.ErrNoCheckpoint)
+	if err != nil && !none {
+		return Result{}, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
+	}
+	from := step
+	if none {
+		from = -1
+	}
+	newer := make(chan int64, 1)
+	o := opts // the loop below changes opts
+	go func() { newer <- newerData(ctx, o, from) }()
+	defer func() { res.NewerData = <-newer }()
+	if none {
 		return Result{}, fmt.Errorf("restore latest step under %q: %w", opts.Prefix, err)
 	}
 	damaged, err := remote.DamagedSteps(ctx, opts.Store, opts.Prefix)
@@ -185,4 +198,22 @@ func restoreUnlessRecorded(ctx context.Context, opts Options, step int64, damage
 	}
 	opts.Step, opts.latest = step, true
 	return restoreStep(ctx, opts, growBudget)
+}
+
+// newerData warns when a step above latest (-1: none committed) has
+// objects but no manifest, and returns that step (0: none). It is only a
+// warning, not damage: an upload in flight, or one a stopped job left
+// unfinished, looks the same as the objects of a deleted manifest.
+func newerData(ctx context.Context, opts Options, latest int64) int64 {
+	step, ok, err := remote.DataAfter(ctx, opts.Store, opts.Prefix, latest)
+	switch {
+	case err != nil:
+		opts.Logger.Debug("could not look for objects of steps newer than the latest committed one", zap.Error(err))
+		return 0
+	case !ok:
+		return 0
+	}
+	opts.Logger.Warn(fmt.Sprintf("objects of step %d exist without a manifest: an upload in flight or left unfinished by a stopped job, or a deleted manifest", step),
+		zap.Int64("step", step), zap.Int64("latest_committed", latest), zap.String("objects", manifest.DataPrefix(opts.Prefix)+manifest.StepString(step)+"/"))
+	return step
 }

@@ -36,7 +36,9 @@
 // step is placed only if every node of a job can restore it
 // (crosscheck.go): a restore of some ranks checks the size of every object
 // it does not download, and reads the step's damage record again just
-// before placing it.
+// before placing it; with Options.Barrier it then waits until every node
+// of the job has verified its own files of the step (barrier.go), so a
+// flipped byte only one node can see keeps every node from placing it.
 //
 // One restore at a time per target directory: a restore removes temp files
 // left by an earlier, interrupted one, which would break a concurrent one.

@@ -129,10 +129,16 @@ type Options struct {
 	// finder in the record.
 	NoRecord bool
 	RecordBy string
+	// Barrier, when set with two nodes or more, makes a restore of the
+	// latest step place it only once every node of the job has verified
+	// its own files of it (barrier.go); Result.Barrier says what it did.
+	Barrier *Barrier
 	// latest is set when the step restored was chosen as the latest
 	// (LatestStep): the step is then placed only if every node can
 	// restore it (crosscheck.go).
 	latest bool
+	// barrierSteps collects what the barrier did at each step tried.
+	barrierSteps *[]BarrierStep
 	// Logger receives progress and retry messages (default: none).
 	Logger *zap.Logger
 	// Progress, when set, is called with the bytes done so far (kept files,
@@ -191,6 +197,12 @@ type Result struct {
 	// first: with Options.Fallback the steps passed over to reach Step,
 	// otherwise the damaged step that failed it.
 	Skipped []Skipped
+	// Barrier is what Options.Barrier did at each step it waited at.
+	Barrier []BarrierStep
+	// NewerData, when positive, is a step above the latest committed one
+	// (LatestStep) that has objects without a manifest: an upload in
+	// flight or left unfinished, or a deleted manifest (warned about).
+	NewerData int64
 }
 
 // Restore restores one committed step into opts.Dir. It returns an error
@@ -232,8 +244,16 @@ func Restore(ctx context.Context, opts Options) (Result, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	var err error
+	if opts.Barrier, err = opts.Barrier.check(); err != nil {
+		return Result{}, err
+	}
 	if opts.Step < 0 {
-		return restoreLatest(ctx, opts, growBudget)
+		var steps []BarrierStep
+		opts.barrierSteps = &steps
+		res, err := restoreLatest(ctx, opts, growBudget)
+		res.Barrier = steps
+		return res, err
 	}
 	res, err := restoreStep(ctx, opts, growBudget)
 	var de *DamagedError

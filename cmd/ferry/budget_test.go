@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ferrylabs/ferry/internal/s3proxy"
@@ -77,9 +79,12 @@ func TestCLIRequestBudget(t *testing.T) {
 	sameTree(t, src, dst)
 	rest := tally(t, px.Requests(), manifest.DataPrefix(prefix))
 	t.Logf("restore of %d files: %v", len(sizes), rest)
-	// Two listings: the manifests, and the damage records every restore of
-	// the latest step honours (restore/damaged.go, issue 48), one page each.
-	within(t, "restore: ListObjectsV2", rest.other[s3proxy.OpListObjectsV2], 2)
+	// Three listings, one page each: the manifests, the damage records
+	// every restore of the latest step honours (restore/damaged.go, issue
+	// 48), and one key of the data after the latest step (objects of a
+	// newer step without a manifest are warned about: an upload in flight,
+	// or a deleted manifest).
+	within(t, "restore: ListObjectsV2", rest.other[s3proxy.OpListObjectsV2], 3)
 	// Two GETs: the manifest, and the step's damage record read again just
 	// before placing it (restore/crosscheck.go: a node does not place a
 	// step another node found damaged meanwhile).
@@ -170,5 +175,66 @@ func within(t *testing.T, what string, got, budget int) {
 	t.Helper()
 	if got > budget {
 		t.Errorf("%s: %d requests, budget %d", what, got, budget)
+	}
+}
+
+// TestCLIRestoreBarrierRequests counts what the restore barrier costs: two
+// nodes restoring the latest step together, each makes the requests of a
+// restore alone (TestCLIRequestBudget) plus its check-in (one PUT), one
+// LIST of the step's check-ins per look, and one GET of the step's damage
+// record per look that did not find every node checked in. Each node's
+// --json says how many looks it took; the server saw exactly that.
+func TestCLIRestoreBarrierRequests(t *testing.T) {
+	srv := s3test.Shared(t)
+	view, px := srv.WithProxy(t, s3proxy.Config{})
+	run := "s3://" + view.NewBucket(t) + "/run"
+	pushDCPStep(t, view, run, 4, 2)
+	px.Reset()
+	outs := make([]result, 2)
+	var wg sync.WaitGroup
+	for k := range outs {
+		cmd := ferryCmd(t, view, "restore", "--from", run, "--to", t.TempDir(), "--json")
+		cmd.Env = append(cmd.Env, "FERRY_NODES=2", fmt.Sprintf("FERRY_NODE_RANK=%d", k), "FERRY_RUN_ID=budget-1")
+		wg.Go(func() { outs[k] = runCmd(t, cmd) })
+	}
+	wg.Wait()
+	looks := 0
+	for k, o := range outs {
+		o.must(t, 0)
+		var sum restoreSummary
+		decodeJSON(t, o.stdout, &sum)
+		if sum.Barrier == nil || len(sum.Barrier.Steps) != 1 || sum.Barrier.Steps[0].Outcome != "all checked in" {
+			t.Fatalf("node %d: barrier %+v", k, sum.Barrier)
+		}
+		looks += sum.Barrier.Steps[0].Looks
+	}
+	checkins := manifest.CheckinsPrefix("run")
+	damaged := manifest.DamagedKey("run", 4)
+	var puts, lists, gets, data, other int
+	for _, r := range px.Requests() {
+		q, _ := url.ParseQuery(r.RawQuery)
+		switch {
+		case r.Op == s3proxy.OpPutObject && strings.HasPrefix(r.Key, checkins):
+			puts++
+		case r.Op == s3proxy.OpListObjectsV2 && strings.HasPrefix(q.Get("prefix"), checkins):
+			lists++
+		case r.Op == s3proxy.OpGetObject && r.Key == damaged:
+			gets++
+		case strings.HasPrefix(r.Key, manifest.DataPrefix("run")):
+			data++
+		default:
+			other++
+		}
+	}
+	t.Logf("2 nodes: %d looks; check-in PUTs %d, check-in LISTs %d, damage record GETs %d, data GETs %d, other %d", looks, puts, lists, gets, data, other)
+	// Per node: one damage record GET before the barrier (crosscheck.go),
+	// then one per look but the last, which found both nodes in: as many
+	// GETs as looks.
+	if puts != 2 || lists != looks || gets != looks {
+		t.Errorf("barrier requests: %d check-in PUTs (want 2), %d LISTs (want %d looks), %d damage record GETs (want %d)", puts, lists, looks, gets, looks)
+	}
+	// Per node as alone: three LISTs and the manifest's GET.
+	if other != 2*4 || data != 2*3 {
+		t.Errorf("other requests %d (want 8), data GETs %d (want 6, the files of each node)", other, data)
 	}
 }

@@ -122,8 +122,8 @@ func runPrune(ctx context.Context, o pruneOptions, stdout, stderr io.Writer) err
 	for _, key := range plan.Deleted() {
 		fmt.Fprintf(stdout, "%s %s\n", verb, key)
 	}
-	fmt.Fprintf(stdout, "%s: kept steps %v; pruned steps %v; %s %d objects (%s), %d node parts, %d expired tombstones, %d multipart uploads\n",
-		loc, plan.Kept, plan.Pruned, verb, len(plan.Objects), units.FormatBytes(plan.ObjectBytes), len(plan.Parts), len(plan.ExpiredTombstones), len(plan.Uploads))
+	fmt.Fprintf(stdout, "%s: kept steps %v; pruned steps %v; %s %d objects (%s), %d node parts, %d expired tombstones, %d restore check-ins, %d multipart uploads\n",
+		loc, plan.Kept, plan.Pruned, verb, len(plan.Objects), units.FormatBytes(plan.ObjectBytes), len(plan.Parts), len(plan.ExpiredTombstones), len(plan.Checkins), len(plan.Uploads))
 	printLater(stdout, plan.Later, o.minAge, time.Now())
 	return nil
 }

@@ -49,6 +49,11 @@ type restoreOptions struct {
 	// setAsideNewer renames step folders newer than the restored step
 	// (restore_newer.go).
 	setAsideNewer bool
+	// runID (set: runIDSet) and barrierTimeout configure the restore
+	// barrier (restore_barrier.go); a zero timeout turns it off.
+	runID          string
+	runIDSet       bool
+	barrierTimeout time.Duration
 }
 
 func newRestoreCommand() *cli.Command {
@@ -61,7 +66,11 @@ func newRestoreCommand() *cli.Command {
 				"bytes arrive, and the step is placed as a whole once every file is verified (its marker last); a failed restore " +
 				"leaves --to as it was. Files already correct are kept, and verified files a killed restore left staged are " +
 				"used, so an interrupted restore resumes; files the manifest does not name are left alone. --to is created if missing, also when " +
-				"nothing is committed and --allow-empty lets a first run start fresh.",
+				"nothing is committed and --allow-empty lets a first run start fresh. On one node of several (--nodes and --node-rank, " +
+				"FERRY_NODES and FERRY_NODE_RANK, or an srun step) with a run identity (--run-id, or SLURM's job ID and restart count), " +
+				"a restore of the latest step places it only once every node has verified its own files of it (the restore barrier, " +
+				"check-ins under PREFIX/checkins/): a step one node finds damaged is placed by none. Without a run identity, or on one " +
+				"node, there is no barrier.",
 			env: "FERRY_FROM is the location every command that reads a run reads (restore, list, show, verify, prune, copy's " +
 				"source); FERRY_CONCURRENCY (requests in flight) is shared with push and the agent, with the same default.",
 			examples: []string{
@@ -71,7 +80,8 @@ func newRestoreCommand() *cli.Command {
 			exits: []string{"0 restored (or, with --allow-empty, nothing is committed yet and --to exists, empty); with " +
 				"--on-damaged previous, possibly an older step than the latest: the log warns and --json's skipped names each step passed over and why",
 				exit1 + "; a damaged step (the latest, or --step N; with --on-damaged previous, every committed step) is one: " +
-					"nothing of it is placed, and --json's skipped names it", exit2,
+					"nothing of it is placed, and --json's skipped names it; so is a barrier that timed out (nothing placed, the " +
+					"nodes that never checked in named)", exit2,
 				"3 nothing is committed at --from (without --allow-empty), or --step N is not committed"},
 		}.String(),
 		Flags: restoreFlags(),
@@ -117,34 +127,12 @@ type restoreSummary struct {
 	// Dangling are the links placed whose target neither the step nor
 	// the target folder holds ("path -> target").
 	Dangling []string `json:"dangling_links,omitempty"`
-}
-
-// dryRunSummary is restore --dry-run's plan and what its requests cost.
-type dryRunSummary struct {
-	restore.Plan
-	// CostUSD is the price at R2's rates of the requests made (the
-	// manifest's) and of the download's GETs.
-	CostUSD float64 `json:"cost_usd"`
-}
-
-// printDryRun prints restore --dry-run's plan.
-func printDryRun(w io.Writer, o *restoreOptions, sum restoreSummary) {
-	p := sum.DryRun
-	fmt.Fprintf(w, "step %d from %s into %s: %d files, %s, %d links (dry run: nothing fetched or written)\n",
-		sum.Step, o.from, o.to, sum.Files, units.FormatBytes(sum.Bytes), p.Symlinks)
-	fmt.Fprintf(w, "  download: %d files, %s, %d ranged GETs\n", p.Download, units.FormatBytes(p.DownloadBytes), p.GETs)
-	fmt.Fprintf(w, "  in place with the right size: %d files, %s, re-verified by BLAKE3 and kept if they match (%d GETs more if not)\n",
-		p.Present, units.FormatBytes(p.PresentBytes), p.PresentGETs)
-	fmt.Fprintf(w, "  requests: %d made to read the manifest, %d to download; $%.6f at R2's prices\n",
-		totalRequests(sum.Requests), p.GETs, p.CostUSD)
-}
-
-func totalRequests(ops map[string]int64) int64 {
-	var n int64
-	for _, v := range ops {
-		n += v
-	}
-	return n
+	// Barrier is what the restore barrier did (restore_barrier.go).
+	Barrier *barrierSummary `json:"barrier,omitempty"`
+	// NewerDataStep is a step above the latest committed one that has
+	// objects but no manifest (an upload in flight or left unfinished, or
+	// a deleted manifest).
+	NewerDataStep int64 `json:"newer_data_step,omitempty"`
 }
 
 func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer) error {
@@ -156,6 +144,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 		return err
 	}
 	printSkipped(stdout, sum.Skipped)
+	printNewerData(stdout, sum.NewerDataStep)
 	if sum.Empty {
 		fmt.Fprintf(stdout, "no committed checkpoint at %s; starting fresh (--allow-empty)\n", o.from)
 		return nil
@@ -170,6 +159,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdout, stderr io.Writer)
 	if sum.Selection != "" {
 		fmt.Fprintf(stdout, "selected: %s\n", sum.Selection)
 	}
+	printBarrier(stdout, sum.Barrier)
 	printNewer(stdout, sum.Step, sum.NewerLocal)
 	for _, d := range sum.Dangling {
 		fmt.Fprintf(stdout, "warning: link %s dangles: step %d does not hold its target and %s did not; restore that step too, or save the file in this one\n", d, sum.Step, o.to)
@@ -193,16 +183,18 @@ func (o *restoreOptions) validate() (restore.RankSet, error) {
 		return restore.RankSet{}, usagef("--concurrency %d: must be between 1 and 1024", o.concurrency)
 	case o.lowSpeedTime <= 0:
 		return restore.RankSet{}, usagef("--low-speed-time %v: must be positive", o.lowSpeedTime)
-	case o.ranks != "" && (o.nodes != 0 || o.nodeRank >= 0):
-		return restore.RankSet{}, usagef("--ranks and --nodes/--node-rank select files two ways; use one")
+	case o.barrierTimeout < 0:
+		return restore.RankSet{}, usagef("--barrier-timeout %v: must not be negative (0: no barrier)", o.barrierTimeout)
+	case (o.nodes != 0 || o.nodeRank >= 0) && (o.nodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nodes):
+		return restore.RankSet{}, usagef("--nodes %d --node-rank %d: give both, with 0 <= node rank < nodes", o.nodes, o.nodeRank)
 	case o.ranks != "":
+		// With --ranks, --nodes and --node-rank only name the node for
+		// the barrier: the ranks select the files.
 		ranks, err := restore.ParseRanks(o.ranks)
 		if err != nil {
 			return restore.RankSet{}, usagef("--ranks: %v", err)
 		}
 		return ranks, nil
-	case (o.nodes != 0 || o.nodeRank >= 0) && (o.nodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nodes):
-		return restore.RankSet{}, usagef("--nodes %d --node-rank %d: give both, with 0 <= node rank < nodes", o.nodes, o.nodeRank)
 	}
 	return restore.RankSet{}, nil
 }
@@ -211,6 +203,10 @@ func (o *restoreOptions) validate() (restore.RankSet, error) {
 func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (restoreSummary, error) {
 	sum := restoreSummary{Step: o.step}
 	ranks, err := o.validate()
+	if err != nil {
+		return sum, err
+	}
+	barrier, barrierSum, err := o.barrier(os.Getenv)
 	if err != nil {
 		return sum, err
 	}
@@ -228,6 +224,8 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 	warnOthersFolder(o.to, log)
 	start := time.Now()
 	ropts, bar := o.restoreOptions(st, loc, log, stderr)
+	ropts.Barrier, sum.Barrier = barrier, barrierSum
+	o.warnNoBarrier(sum.Barrier, log)
 	if o.ranks != "" {
 		ropts.Ranks = ranks.Filter()
 		sum.Selection = "ranks " + ranks.String() + " and shared files"
@@ -254,7 +252,10 @@ func restoreStep(ctx context.Context, o *restoreOptions, stderr io.Writer) (rest
 		sum.Peers = &stats
 	}
 	sum.Requests = counters.Snapshot()
-	sum.Skipped = res.Skipped
+	sum.Skipped, sum.NewerDataStep = res.Skipped, res.NewerData
+	if sum.Barrier != nil {
+		sum.Barrier.Steps = res.Barrier
+	}
 	switch {
 	case errors.Is(err, remote.ErrNoCheckpoint) && o.allowEmpty && o.step < 0:
 		sum.Step, sum.Empty = -1, true
@@ -341,21 +342,10 @@ func (o *restoreOptions) restoreOptions(st store.Store, loc manifest.Location, l
 		Paths: o.paths, AllowNoMatch: o.allowEmpty, PlanOnly: o.dryRun,
 		Fallback: o.fallback, RecordBy: recordBy("restore"), NoRecord: o.dryRun,
 	}
-	if o.nodes > 0 {
+	if o.nodes > 0 && o.ranks == "" {
 		ropts.Nodes, ropts.NodeRank = o.nodes, o.nodeRank
 	}
 	return ropts, bar
-}
-
-// printSkipped prints a line for each damaged step a restore skipped.
-func printSkipped(w io.Writer, skipped []restore.Skipped) {
-	for _, s := range skipped {
-		what := "its manifest"
-		if s.Path != "" {
-			what = s.Path
-		}
-		fmt.Fprintf(w, "skipped damaged step %d: %s: %s (%s)\n", s.Step, what, s.Reason, s.Record)
-	}
 }
 
 // recordBy names this node and command in a damage record.

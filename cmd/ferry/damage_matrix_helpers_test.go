@@ -198,19 +198,18 @@ type nodeOutcome struct {
 }
 
 // restoreRound runs one restore per node at once, with the entrypoint
-// flags the docs give, node n into dirs[n] with --ranks specs[n] (none
-// when empty). Each must exit 0 with its --json.
-func restoreRound(t *testing.T, srv *s3test.Server, url string, dirs, specs []string) []nodeOutcome {
+// flags the docs give, node n into dirs[n] with extra[n] added to its
+// arguments and env[n] to its environment. Each must exit 0 with its
+// --json.
+func restoreRound(t *testing.T, srv *s3test.Server, url string, dirs []string, extra, env [][]string) []nodeOutcome {
 	t.Helper()
 	out := make([]nodeOutcome, len(dirs))
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
 	for n := range dirs {
 		args := []string{"restore", "--from", url, "--to", dirs[n], "--allow-empty", "--on-damaged", "previous", "--set-aside-newer", "--json"}
-		if specs[n] != "" {
-			args = append(args, "--ranks", specs[n])
-		}
-		cmd := ferryCmd(t, srv, args...)
+		cmd := ferryCmd(t, srv, append(args, extra[n]...)...)
+		cmd.Env = append(cmd.Env, env[n]...)
 		wg.Go(func() {
 			var o, e bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &o, &e

@@ -82,22 +82,40 @@ func launcherRun(getenv func(string) string) string {
 	return id + "." + restarts
 }
 
-// launcherNodes reads the node count and rank a job launcher exported.
+// launcherNodes reads the node count and rank a job launcher exported:
+// SLURM's job (the agent runs on every node of it), else torchrun's.
 func launcherNodes(getenv func(string) string) (nodes, rank int, source string, ok bool) {
-	atoi := func(name string) (int, bool) {
-		v, err := strconv.Atoi(getenv(name))
-		return v, err == nil
+	if nodes, rank, source, ok = slurmNodes(getenv, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"); ok {
+		return nodes, rank, source, true
 	}
-	if id, ok := atoi("SLURM_NODEID"); ok {
-		for _, name := range []string{"SLURM_JOB_NUM_NODES", "SLURM_NNODES"} {
-			if nn, ok := atoi(name); ok {
-				return nn, id, fmt.Sprintf("%s=%d and SLURM_NODEID=%d", name, nn, id), true
-			}
+	return torchrunNodes(getenv)
+}
+
+// envInt reads an integer variable.
+func envInt(getenv func(string) string, name string) (int, bool) {
+	v, err := strconv.Atoi(getenv(name))
+	return v, err == nil
+}
+
+// slurmNodes reads SLURM_NODEID and the first of counts that is set.
+func slurmNodes(getenv func(string) string, counts ...string) (nodes, rank int, source string, ok bool) {
+	id, ok := envInt(getenv, "SLURM_NODEID")
+	if !ok {
+		return 0, 0, "", false
+	}
+	for _, name := range counts {
+		if nn, ok := envInt(getenv, name); ok {
+			return nn, id, fmt.Sprintf("%s=%d and SLURM_NODEID=%d", name, nn, id), true
 		}
 	}
-	world, ok1 := atoi("WORLD_SIZE")
-	local, ok2 := atoi("LOCAL_WORLD_SIZE")
-	group, ok3 := atoi("GROUP_RANK")
+	return 0, 0, "", false
+}
+
+// torchrunNodes reads the node count and rank torchrun gives its workers.
+func torchrunNodes(getenv func(string) string) (nodes, rank int, source string, ok bool) {
+	world, ok1 := envInt(getenv, "WORLD_SIZE")
+	local, ok2 := envInt(getenv, "LOCAL_WORLD_SIZE")
+	group, ok3 := envInt(getenv, "GROUP_RANK")
 	if ok1 && ok2 && ok3 && local > 0 && world%local == 0 {
 		return world / local, group, fmt.Sprintf("torchrun's WORLD_SIZE=%d / LOCAL_WORLD_SIZE=%d and GROUP_RANK=%d", world, local, group), true
 	}

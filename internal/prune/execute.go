@@ -17,9 +17,9 @@ import (
 const deleters = 16
 
 // Execute carries out a plan from MakePlan with the same options: it writes
-// the tombstones, then deletes manifests, objects, expired tombstones and
-// parts, then aborts the uploads, each stage finished before the next
-// starts. It stops at the first error; running prune again finishes the
+// the tombstones, then deletes manifests, objects, expired tombstones,
+// parts and restore check-ins, then aborts the uploads, each stage
+// finished before the next starts. It stops at the first error; running prune again finishes the
 // job (every stage is idempotent).
 func Execute(ctx context.Context, opts Options, p *Plan) error {
 	if err := opts.defaults(); err != nil {
@@ -63,7 +63,7 @@ func Execute(ctx context.Context, opts Options, p *Plan) error {
 	for _, stage := range []struct {
 		what string
 		keys []string
-	}{{"object", p.Objects}, {"expired tombstone", p.ExpiredTombstones}, {"commit marker", markers}, {"node part", parts}} {
+	}{{"object", p.Objects}, {"expired tombstone", p.ExpiredTombstones}, {"commit marker", markers}, {"node part", parts}, {"restore check-in", p.Checkins}} {
 		if err := deleteAll(ctx, st, stage.what, stage.keys); err != nil {
 			return err
 		}

@@ -143,7 +143,7 @@ func TestPrunePacksGrace(t *testing.T) {
 // packs of a step whose node parts are live stay with its files.
 func TestStepOfPackKey(t *testing.T) {
 	key := manifest.PackKey(prefix, 20, "att", "0123abcd")
-	if step, ok := stepOfDataKey(manifest.DataPrefix(prefix), key); !ok || step != 20 {
-		t.Fatalf("stepOfDataKey(%s) = %d, %v; want 20", key, step, ok)
+	if step, ok := manifest.StepFromDataKey(prefix, key); !ok || step != 20 {
+		t.Fatalf("StepFromDataKey(%s) = %d, %v; want 20", key, step, ok)
 	}
 }

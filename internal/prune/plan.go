@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +59,9 @@ func MakePlan(ctx context.Context, opts Options) (*Plan, error) {
 		return nil, err
 	}
 	if err := pl.objects(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := pl.checkins(ctx, p); err != nil {
 		return nil, err
 	}
 	if err := pl.uploads(ctx, p); err != nil {
@@ -261,7 +263,7 @@ func (pl *planner) objects(ctx context.Context, p *Plan) error {
 		if pl.keep[o.Key] {
 			return nil
 		}
-		if step, ok := stepOfDataKey(dp, o.Key); ok && pl.liveSteps[step] {
+		if step, ok := manifest.StepFromDataKey(prefix, o.Key); ok && pl.liveSteps[step] {
 			return nil
 		}
 		if pl.later(p, o) {
@@ -292,24 +294,6 @@ func (pl *planner) uploads(ctx context.Context, p *Plan) error {
 		return p.Uploads[i].Key+"\x00"+p.Uploads[i].UploadID < p.Uploads[j].Key+"\x00"+p.Uploads[j].UploadID
 	})
 	return nil
-}
-
-// stepOfDataKey parses the step of a key data/<step>/<attempt>/<path>, or
-// of a pack's, data/<step>/<attempt>.pack-<name>.
-func stepOfDataKey(dataPrefix, key string) (int64, bool) {
-	rest := strings.TrimPrefix(key, dataPrefix)
-	digits, _, ok := strings.Cut(rest, "/")
-	if !ok || len(digits) != 12 {
-		return 0, false
-	}
-	var step int64
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		step = step*10 + int64(c-'0')
-	}
-	return step, true
 }
 
 // referenceManifest keeps what a manifest references: its files' objects
@@ -377,5 +361,6 @@ func logPlan(log *zap.Logger, p *Plan, dryRun bool) {
 	}
 	log.Info(msg, zap.Int64s("kept_steps", p.Kept), zap.Int64s("pruned_steps", p.Pruned),
 		zap.Int("objects", len(p.Objects)), zap.Int64("object_bytes", p.ObjectBytes),
-		zap.Int("parts", len(p.Parts)), zap.Int("expired_tombstones", len(p.ExpiredTombstones)), zap.Int("uploads", len(p.Uploads)))
+		zap.Int("parts", len(p.Parts)), zap.Int("expired_tombstones", len(p.ExpiredTombstones)), zap.Int("checkins", len(p.Checkins)),
+		zap.Int("uploads", len(p.Uploads)))
 }

@@ -1,7 +1,7 @@
 // Package prune applies a retention policy to a checkpoint prefix: it
 // deletes the manifests of steps outside the policy, then the objects no
-// kept manifest references, then leftovers (node parts, multipart uploads
-// nobody finished).
+// kept manifest references, then leftovers (node parts, restore barrier
+// check-ins, multipart uploads nobody finished).
 //
 // It never deletes an object that a kept manifest references, nor one a
 // step still being uploaded needs, even while agents run, because:
@@ -122,6 +122,9 @@ type Plan struct {
 	Objects           []string `json:"objects"`
 	ExpiredTombstones []string `json:"expired_tombstones"`
 	Parts             []string `json:"parts"`
+	// Checkins are the restore barrier's check-ins older than MinAge,
+	// deleted after the parts.
+	Checkins []string `json:"checkins"`
 	// Uploads are aborted last.
 	Uploads []store.Upload `json:"aborted_uploads"`
 	// ObjectBytes is the size of Objects.
@@ -143,6 +146,7 @@ func (p *Plan) Deleted() []string {
 	out = append(out, p.Objects...)
 	out = append(out, p.ExpiredTombstones...)
 	out = append(out, p.Parts...)
+	out = append(out, p.Checkins...)
 	for _, u := range p.Uploads {
 		out = append(out, fmt.Sprintf("%s (upload %s)", u.Key, u.UploadID))
 	}
