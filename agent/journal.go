@@ -170,7 +170,7 @@ func (j *journal) markCommitted(step int64) error {
 // release clears Ahead on the held steps below step, and returns them.
 func (j *journal) release(below int64) (released []int64, err error) {
 	if !slices.ContainsFunc(j.entries(), func(e committedEntry) bool { return e.Ahead && e.Step < below }) {
-		return nil, nil // no save for nothing
+		return nil, nil // nothing held below: no write
 	}
 	err = j.update(func(d *journalData) {
 		released = released[:0]
