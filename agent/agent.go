@@ -76,6 +76,9 @@ type Agent struct {
 	byTrainer map[int64]*trainerCommit
 	// commitWaits counts Commit calls in progress (MaxWaitingCommits).
 	commitWaits atomic.Int32
+	// heldLogged holds the steps declared ahead whose holding out of
+	// retention was logged (retention_hold.go).
+	heldLogged map[int64]bool
 
 	wake     chan struct{}
 	draining atomic.Bool
@@ -164,6 +167,7 @@ func New(opts Options) (*Agent, error) {
 		remote:     map[int64]bool{},
 		counted:    map[string]int64{},
 		byTrainer:  map[int64]*trainerCommit{},
+		heldLogged: map[int64]bool{},
 		answers:    answers,
 	}
 	a.traffic.metrics = opts.Metrics

@@ -91,20 +91,28 @@ func TestDeclareFarStepRefused(t *testing.T) {
 }
 
 // --keep-local never deletes a file a kept step references: step 2 is
-// declared with step 1's config file, and keeping one step deletes step
-// 1's own files but not that one.
+// declared with step 1's config file, and step 3, the newest, with its
+// extra file. Declared in the root's folders, which no layout numbers,
+// step 3 is held out of retention until a later save passes it
+// (retention_hold.go), so keeping one step keeps step 2 and step 3, and
+// deletes step 1's own file but neither the file step 2 references nor
+// the one the held step 3 does.
 func TestKeepLocalKeepsReferencedFiles(t *testing.T) {
 	h := startAgent(t, func(o *Options) {
 		o.Detect.Layout, o.Detect.Settle, o.Detect.CloseWrite = "auto", time.Hour, true
 		o.KeepLocal = 1
 	})
 	<-h.agent.watching
-	writeAll(t, h.watch, "run-1/model.bin", "weights 1", "run-1/config.json", "shared config")
+	writeAll(t, h.watch, "run-1/model.bin", "weights 1", "run-1/config.json", "shared config", "run-1/extra.json", "extra")
 	if err := h.commit(1, true, 20*time.Second, "run-1"); err != nil {
 		t.Fatal(err)
 	}
 	writeAll(t, h.watch, "run-2/model.bin", "weights 2")
 	if err := h.commit(2, true, 20*time.Second, "run-2", "run-1/config.json"); err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, h.watch, "run-3/model.bin", "weights 3")
+	if err := h.commit(3, true, 20*time.Second, "run-3", "run-1/extra.json"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -117,8 +125,11 @@ func TestKeepLocalKeepsReferencedFiles(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := os.Stat(filepath.Join(h.watch, "run-1/config.json")); err != nil {
-		t.Errorf("run-1/config.json, which the kept step 2 references: %v", err)
+	h.stop() // the last commit's retention is done when Run returns
+	for _, rel := range []string{"run-1/config.json", "run-1/extra.json", "run-2/model.bin", "run-3/model.bin"} {
+		if _, err := os.Stat(filepath.Join(h.watch, rel)); err != nil {
+			t.Errorf("%s, which a kept step references: %v", rel, err)
+		}
 	}
 }
 

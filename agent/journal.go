@@ -56,6 +56,11 @@ type committedEntry struct {
 	// Pending is set when only this node's share was durable (multi-node)
 	// and the step's manifest was not yet seen.
 	Pending bool `json:"pending,omitempty"`
+	// Ahead is set while the step, committed by a declaration above every
+	// step saved, is held out of retention (retention_hold.go): no later
+	// step has passed it yet. Absent in journals written before it: such
+	// steps count as usual.
+	Ahead bool `json:"ahead,omitempty"`
 }
 
 type localFile struct {
@@ -160,6 +165,23 @@ func (j *journal) markCommitted(step int64) error {
 			}
 		}
 	})
+}
+
+// release clears Ahead on the held steps below step, and returns them.
+func (j *journal) release(below int64) (released []int64, err error) {
+	if !slices.ContainsFunc(j.entries(), func(e committedEntry) bool { return e.Ahead && e.Step < below }) {
+		return nil, nil // nothing held below: no write
+	}
+	err = j.update(func(d *journalData) {
+		released = released[:0]
+		for i := range d.Committed {
+			if e := &d.Committed[i]; e.Ahead && e.Step < below {
+				e.Ahead = false
+				released = append(released, e.Step)
+			}
+		}
+	})
+	return released, err
 }
 
 // markRemoved records that --keep-local deleted a step's local files,

@@ -60,3 +60,41 @@ func TestJournalForgetsOldRemovedSteps(t *testing.T) {
 		}
 	}
 }
+
+// A journal written before steps could be held out of retention reads
+// with every step counted; the held state (Ahead) is saved, survives a
+// reopen, and release clears it below the step that passed only.
+func TestJournalAheadPersists(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"version":1,"committed":[{"step":100,"root":"step-100","committed":"2026-01-02T03:04:05Z","files":[{"path":"step-100/.metadata","size":3,"mtime_ns":1}]}]}`
+	if err := os.WriteFile(dir+"/journal.json", []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := j.get(100); !ok || e.Ahead {
+		t.Fatalf("an old journal's step 100: %+v %v", e, ok)
+	}
+	for _, n := range []int64{999_000, 999_001} {
+		if err := j.add(committedEntry{Step: n, Files: []localFile{{Path: "notes.bin", Size: 1}}, Ahead: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, err = openJournal(dir); err != nil {
+		t.Fatal(err)
+	}
+	released, err := j.release(999_001)
+	if err != nil || len(released) != 1 || released[0] != 999_000 {
+		t.Fatalf("release below 999001: %v %v", released, err)
+	}
+	if j, err = openJournal(dir); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[int64]bool{100: false, 999_000: false, 999_001: true} {
+		if e, _ := j.get(n); e.Ahead != want {
+			t.Errorf("step %d after reopening: ahead %v, want %v", n, e.Ahead, want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io/fs"
 	"path"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -20,17 +21,22 @@ import (
 )
 
 // keepLocal deletes the local files of committed steps beyond the KeepLocal
-// newest committed ones. It deletes only files the journal says were made
-// durable and that are still exactly as uploaded (the same file: device
-// and inode, size and mtime), and then the step's emptied folders. Every
-// deletion goes through the watch dir as an open root and follows no link
-// (internal/confine): a committed folder swapped for a link to another
-// folder is not followed. Nothing uncommitted is ever touched.
+// newest committed ones, holding out (keeping, not counting) the steps
+// declared ahead (retention_hold.go). It deletes only files the journal
+// says were made durable and that are still exactly as uploaded (the same
+// file: device and inode, size and mtime), and then the step's emptied
+// folders. Every deletion goes through the watch dir as an open root and
+// follows no link (internal/confine): a committed folder swapped for a
+// link to another folder is not followed. Nothing uncommitted is ever touched.
 func (a *Agent) keepLocal(ctx context.Context) {
-	entries := a.journal.entries()
-	var live []committedEntry
-	for _, e := range entries {
-		if !e.Removed {
+	held := a.heldOut()
+	var live, heldSteps []committedEntry
+	for _, e := range a.journal.entries() {
+		switch {
+		case e.Removed:
+		case held[e.Step]:
+			heldSteps = append(heldSteps, e) // declared ahead: kept, not counted
+		default:
 			live = append(live, e)
 		}
 	}
@@ -53,7 +59,7 @@ func (a *Agent) keepLocal(ctx context.Context) {
 		}
 		drop = append(drop, e)
 	}
-	inUse := a.referencedFiles(live[len(live)-a.opts.KeepLocal:], old, drop)
+	inUse := a.referencedFiles(slices.Concat(heldSteps, live[len(live)-a.opts.KeepLocal:]), old, drop)
 	for _, e := range drop {
 		removed, kept := 0, 0
 		for _, f := range e.Files {
@@ -81,11 +87,11 @@ func (a *Agent) keepLocal(ctx context.Context) {
 }
 
 // referencedFiles is every path a step that stays references: the kept
-// newest steps, old ones not dropped (only this node's share durable), and
-// the steps the agent is uploading. A file named by one of them is not
-// deleted though an older step also names it: a step declared with
-// another's file (`ferry commit` naming step-300/.metadata for step 400)
-// must stay restorable from disk as much as from the bucket.
+// newest steps and those held out, old ones not dropped (only this node's
+// share durable), and the steps the agent is uploading. A file named by
+// one of them is not deleted though an older step also names it: a step
+// declared with another's file (`ferry commit` naming step-300/.metadata
+// for step 400) must stay restorable from disk as much as from the bucket.
 func (a *Agent) referencedFiles(kept, old, drop []committedEntry) map[string]bool {
 	in := map[string]bool{}
 	add := func(e committedEntry) {

@@ -284,11 +284,12 @@ func (a *Agent) failForGoodLocked(e *entry, stage string, err error, msg string)
 	a.resolveLocked(e.status.Step, err) // a trainer waiting hears it now
 }
 
-// pruneRemote applies --keep-remote to the bucket. A failure is logged
-// and retried after the next commit.
+// pruneRemote applies --keep-remote to the bucket, holding out the steps
+// declared ahead (retention_hold.go). A failure is logged and retried
+// after the next commit.
 func (a *Agent) pruneRemote(ctx context.Context) {
 	p, err := prune.Prune(ctx, prune.Options{Store: a.opts.Store, Prefix: a.opts.Prefix,
-		Policy: prune.Policy{KeepLast: a.opts.KeepRemote, KeepEvery: a.opts.KeepRemoteEvery}, Logger: a.log})
+		Policy: prune.Policy{KeepLast: a.opts.KeepRemote, KeepEvery: a.opts.KeepRemoteEvery}, Hold: a.heldOut(), Logger: a.log})
 	if err != nil {
 		if ctx.Err() == nil {
 			a.opts.Metrics.Error("prune")
@@ -337,12 +338,14 @@ func (a *Agent) backoff(attempt int) time.Duration {
 func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.PushResult) {
 	n := e.status.Step // immutable once the entry exists
 	now := time.Now()
-	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC(), Pending: res.Pending, Files: localFiles(e.step)}
+	ahead := a.declaredAhead(e, n)
+	ce := committedEntry{Step: n, Root: e.step.Root, Committed: now.UTC(), Pending: res.Pending, Files: localFiles(e.step), Ahead: ahead}
 	if err := a.journal.add(ce); err != nil {
 		// The step is durable; only the local record failed. After a
 		// restart the bucket listing still marks it done.
 		a.log.Error("could not record the committed step in the journal", zap.Int64("step", n), zap.Error(err))
 	}
+	a.releasePassed(n, ahead)
 	ttd := now.Sub(e.lastWrite())
 	if !res.Pending {
 		// A node-done step is durable when the whole step is: the metrics

@@ -129,7 +129,8 @@ func fdsOf(pid int) int {
 // the real steps and deleted their files). Refused in one line naming
 // nothing; the same declaration by root, who may read the dir, is
 // refused as far beyond the steps known; step 300 stays in the bucket and
-// on disk. Beside it the trainer's own ferry commit of steps 300 and 400.
+// on disk. Beside it the trainer's own ferry commit of steps 300 and 400;
+// then a declaration within the bound (declaredAheadHeldOut).
 func attackGroupMemberWipes(t *testing.T) {
 	pub, bin := publicFolder(t)
 	watch, base := filepath.Join(pub, "ckpt"), filepath.Join(pub, "state")
@@ -166,6 +167,29 @@ func attackGroupMemberWipes(t *testing.T) {
 	ferry(t, nil, "commit", "--step", "400", "--state-dir", base, "--timeout", "1m", "step-400").must(t, 0)
 	if !hasManifest(bucket, 400) {
 		t.Error("the trainer's step 400 is not committed")
+	}
+	declaredAheadHeldOut(t, a, watch, base, bucket)
+}
+
+// The rest of attack 1: a caller who may declare (here root) names a file
+// of the watch dir's root as step 999000, within the bound above 400. The
+// old agent kept it as the newest step and pruned, and deleted from disk,
+// each real step right after its commit. Held out of retention, it stays
+// beside the trainer's next step, 500, which is kept in the bucket and on
+// disk while 400 goes.
+func declaredAheadHeldOut(t *testing.T, a *agentProcess, watch, base, bucket string) {
+	writeFile(t, filepath.Join(watch, "notes.bin"), []byte("a caller's file"))
+	ferry(t, nil, "commit", "--step", "999000", "--state-dir", base, "--timeout", "1m", "notes.bin").must(t, 0)
+	writeFile(t, filepath.Join(watch, "step-500", "model.bin"), randomBytes(5000, 50))
+	ferry(t, nil, "commit", "--step", "500", "--state-dir", base, "--timeout", "1m", "step-500").must(t, 0)
+	waitFor(t, "step 400 pruned", 30*time.Second, func() bool { return !hasManifest(bucket, 400) })
+	_ = a.Process.Signal(syscall.SIGTERM)
+	_ = waitExit(t, a.Cmd, time.Minute) // the last commit's retention is done when it exits
+	_, err500 := os.Stat(filepath.Join(watch, "step-500", "model.bin"))
+	_, err400 := os.Stat(filepath.Join(watch, "step-400"))
+	if !hasManifest(bucket, 500) || !hasManifest(bucket, 999000) || hasManifest(bucket, 400) || err500 != nil || !os.IsNotExist(err400) {
+		t.Errorf("after step 999000 was declared and 500 saved: committed 500 %v, 999000 %v, 400 %v; step-500 on disk: %v; step-400: %v",
+			hasManifest(bucket, 500), hasManifest(bucket, 999000), hasManifest(bucket, 400), err500, err400)
 	}
 }
 

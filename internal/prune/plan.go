@@ -89,8 +89,9 @@ func (pl *planner) manifests(ctx context.Context, p *Plan) (map[int64]bool, erro
 	committed := make(map[int64]bool, len(steps))
 	restorable := 0 // restorable steps newer than s
 	for _, s := range steps {
-		kept := pl.opts.Policy.Keeps(s, restorable)
-		if _, bad := damaged[s]; !bad {
+		held := pl.opts.Hold[s]
+		kept := held || pl.opts.Policy.Keeps(s, restorable)
+		if _, bad := damaged[s]; !bad && !held {
 			restorable++
 		}
 		committed[s] = kept

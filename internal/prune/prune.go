@@ -66,6 +66,12 @@ type Options struct {
 	Store  store.Store
 	Prefix string
 	Policy Policy
+	// Hold lists steps kept whatever the policy and not counted towards
+	// KeepLast: the agent's steps declared ahead of every step saved
+	// (agent/retention_hold.go), which must neither be deleted nor push
+	// a saved step out of the newest KeepLast. A held step not in the
+	// bucket is ignored.
+	Hold map[int64]bool
 	// MinAge is the grace period: objects nothing references, and the
 	// objects of pruned manifests, are deleted only once this old (default
 	// DefaultMinAge). It must exceed the longest push of one node; a
