@@ -80,6 +80,22 @@ fuzz-agent: tools
 	FERRY_FUZZ_SEEDS=$(SEEDS) FERRY_FUZZ_FIRST=$(FIRST) FERRY_FUZZ_PARALLEL=$(PARALLEL) FERRY_VERSITYGW=$(VERSITYGW) \
 		$(GO) test -count=1 -timeout 6h -run '^TestSaveScheduleFuzz$$' ./agent/
 
+## fuzz-traces: the trace replay in full (agent TestSaveTraceReplay): every
+## save-order trace (testdata/saveorders/*.trace, FORMAT.md there; and the
+## replay's samples) killed after each of its operations, at each gap of
+## GAPS, the job restarted to save the same step again and the next one,
+## against the agent on versitygw, checked by the fuzzer's oracle; prints
+## the count of traces, kill points and schedules. CLOCK=-1h,1h adds clock
+## steps; FERRY_TRACE=name,... in the environment runs only those traces.
+## `go test` runs a fixed sample (FERRY_TRACE_SAMPLE)
+GAPS  ?= 0,2s
+CLOCK ?=
+.PHONY: fuzz-traces
+fuzz-traces: tools
+	@report=$$(mktemp); FERRY_TRACE_MODE=all FERRY_TRACE_GAPS=$(GAPS) FERRY_TRACE_CLOCK=$(CLOCK) FERRY_TRACE_PARALLEL=$(PARALLEL) \
+		FERRY_TRACE_REPORT=$$report FERRY_VERSITYGW=$(VERSITYGW) \
+		$(GO) test -count=1 -timeout 6h -run '^TestSaveTraceReplay$$' ./agent/; rc=$$?; cat $$report; rm -f $$report; exit $$rc
+
 ## seaweedfs: SeaweedFS's `weed`, the second real S3 server of make
 ## test-compat (built once; about 10 minutes and 233 MB). `go install`
 ## refuses its module (replace directives): built in the module cache.

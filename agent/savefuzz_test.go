@@ -123,8 +123,24 @@ func (r *recordingStore) Put(ctx context.Context, key string, body io.ReadSeeker
 
 // runSchedule runs one seed's schedule and checks the oracle.
 func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
-	f := &fz{rng: rand.New(rand.NewSource(seed)), dir: t.TempDir(), complete: map[string][]fileState{},
+	f := newFz(seed, t.TempDir())
+	if msg := runAgainstAgent(t, srv, f, l, func() { f.play(l) }); msg != "" {
+		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
+		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
+			_ = os.CopyFS(filepath.Join(d, fmt.Sprintf("seed-%d", seed)), os.DirFS(f.dir))
+		}
+	}
+}
+
+func newFz(seed int64, dir string) *fz {
+	return &fz{rng: rand.New(rand.NewSource(seed)), dir: dir, complete: map[string][]fileState{},
 		deleted: map[string]bool{}, gone: map[string]bool{}}
+}
+
+// runAgainstAgent starts the agent, at the CLI's defaults and the
+// layout's options, on f's folder, runs play (the trainer), flushes, stops
+// the agent and returns what the oracle found wrong ("" for nothing).
+func runAgainstAgent(t *testing.T, srv *s3test.Server, f *fz, l fuzzLayout, play func()) string {
 	rec := &recordingStore{Store: srv.Store(t, srv.NewBucket(t)), prefix: "run"}
 	state, err := os.MkdirTemp("", "fz")
 	if err != nil {
@@ -151,7 +167,7 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	<-a.watching
-	f.play(l)
+	play()
 	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	left, ferr := a.Flush(fctx)
 	fcancel()
@@ -160,12 +176,7 @@ func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
 	if err := <-done; err != nil {
 		t.Errorf("agent: %v", err)
 	}
-	if msg := f.check(l, rec, st, lostCount(t, reg), left, ferr); msg != "" {
-		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
-		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
-			_ = os.CopyFS(filepath.Join(d, fmt.Sprintf("seed-%d", seed)), os.DirFS(f.dir))
-		}
-	}
+	return f.check(l, rec, st, lostCount(t, reg), left, ferr)
 }
 
 // play runs the schedule: saves (some killed halfway, some re-saving an

@@ -155,8 +155,8 @@ type parser struct {
 	header map[string]string
 	// keyLine is where each key was given, for its errors.
 	keyLine map[string]int
-	cite       *Cite
-	inOps      bool
+	cite    *Cite
+	inOps   bool
 	// open holds the files an actor created and has not closed:
 	// "who path" -> the line of its create.
 	open map[string]int

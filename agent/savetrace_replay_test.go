@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/s3test"
+	"github.com/ferrylabs/ferry/internal/savetrace"
+)
+
+// TestSaveTraceReplay plays every trace (savetrace_test.go) against the
+// agent at the CLI's defaults and the trace's --layout and flags, with a
+// kill after each operation of a save: the job saves step 100 in full,
+// saves step 200 and dies at operation k+1 (k = 0 .. all of them: a write
+// there is left cut short, anything else undone; k = all is a save that
+// completes), restarts and saves step 200 again ("same") or step 300
+// ("next") in full. Each pause before an operation is drawn from [0, gap].
+// The fuzzer's oracle must hold: every version committed is a state the
+// trainer completed (its `complete`), every completed save still on disk
+// is committed, flush says no more than is true.
+//
+// Knobs: FERRY_TRACE=a,b (traces by name; samples are sample-<file>),
+// FERRY_TRACE_GAPS (default 0,2s), FERRY_TRACE_RESTART (same,next),
+// FERRY_TRACE_CLOCK (clock steps, e.g. -1h,1h: in the restarted save,
+// files written from an operation drawn at random on get mtimes shifted
+// by it; default none), FERRY_TRACE_MODE=all (every kill point x gap x
+// restart x clock; default: FERRY_TRACE_SAMPLE schedules drawn from them
+// with FERRY_TRACE_SEED, 120 and 1), FERRY_TRACE_PARALLEL (8),
+// FERRY_TRACE_REPORT (a file the counts are written to: make fuzz-traces).
+func TestSaveTraceReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the agent against versitygw")
+	}
+	traces := loadTraces(t)
+	if len(traces) == 0 {
+		t.Skip("no traces in testdata/saveorders or agent/testdata/savetrace")
+	}
+	all, points := traceSchedules(t, traces)
+	run := all
+	if os.Getenv("FERRY_TRACE_MODE") != "all" {
+		run = sampleSchedules(all, envInt("FERRY_TRACE_SAMPLE", 120), int64(envInt("FERRY_TRACE_SEED", 1)))
+	}
+	srv := s3test.Shared(t)
+	sem := make(chan struct{}, envInt("FERRY_TRACE_PARALLEL", 8))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, s := range run {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.Run(s.String(), func(t *testing.T) { runTraceSchedule(t, srv, s) })
+		})
+	}
+	wg.Wait()
+	summary := fmt.Sprintf("trace replay: %d traces, %d kill points, %d of %d schedules run in %v (failed: %v)",
+		len(traces), points, len(run), len(all), time.Since(start).Round(time.Second), t.Failed())
+	t.Log(summary)
+	if p := os.Getenv("FERRY_TRACE_REPORT"); p != "" {
+		if err := os.WriteFile(p, []byte(summary+"\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// traceSchedule is one replay: a trace killed at one point, at one gap.
+type traceSchedule struct {
+	tr *savetrace.Trace
+	// kill is how many operations of the second save run before the job
+	// dies; ops is how many it has (kill == ops: it completes).
+	kill, ops int
+	gap       time.Duration
+	next      bool
+	clock     time.Duration
+}
+
+func (s traceSchedule) String() string {
+	restart := "same"
+	if s.next {
+		restart = "next"
+	}
+	name := fmt.Sprintf("%s/kill-%d-of-%d/gap-%v/%s", s.tr.Name, s.kill, s.ops, s.gap, restart)
+	if s.clock != 0 {
+		name += "/clock" + s.clock.String()
+	}
+	return name
+}
+
+func (s traceSchedule) seed() int64 {
+	h := fnv.New64a()
+	h.Write([]byte(s.String()))
+	return int64(h.Sum64() >> 1)
+}
+
+// traceSchedules returns every schedule of the knobs and the count of
+// kill points over the traces.
+func traceSchedules(t *testing.T, traces []*savetrace.Trace) ([]traceSchedule, int) {
+	gaps := envDurations(t, "FERRY_TRACE_GAPS", "0,2s")
+	clocks := append([]time.Duration{0}, envDurations(t, "FERRY_TRACE_CLOCK", "")...)
+	restarts := strings.Split(os.Getenv("FERRY_TRACE_RESTART"), ",")
+	if os.Getenv("FERRY_TRACE_RESTART") == "" {
+		restarts = []string{"same", "next"}
+	}
+	var out []traceSchedule
+	points := 0
+	for _, tr := range traces {
+		ops := fileOps(expand(tr, savetrace.Vars{Step: 200, Prev: []int64{100}, World: tr.Ranks}, rand.New(rand.NewSource(1))))
+		points += ops + 1
+		for k := 0; k <= ops; k++ {
+			for _, g := range gaps {
+				for _, r := range restarts {
+					if r != "same" && r != "next" {
+						t.Fatalf("FERRY_TRACE_RESTART: %q is neither same nor next", r)
+					}
+					for _, c := range clocks {
+						out = append(out, traceSchedule{tr: tr, kill: k, ops: ops, gap: g, next: r == "next", clock: c})
+					}
+				}
+			}
+		}
+	}
+	return out, points
+}
+
+// sampleSchedules draws n schedules (all of them if fewer), the same n
+// for the same seed.
+func sampleSchedules(all []traceSchedule, n int, seed int64) []traceSchedule {
+	if len(all) <= n {
+		return all
+	}
+	out := append([]traceSchedule(nil), all...)
+	rand.New(rand.NewSource(seed)).Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out[:n]
+}
+
+func envDurations(t *testing.T, name, def string) []time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		v = def
+	}
+	var out []time.Duration
+	for _, w := range strings.Split(v, ",") {
+		if w = strings.TrimSpace(w); w == "" {
+			continue
+		}
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// runTraceSchedule runs one schedule and checks the oracle.
+func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
+	f := newFz(s.seed(), t.TempDir())
+	r := newTraceRun(s.tr, s.gap)
+	l := r.layout()
+	msg := runAgainstAgent(t, srv, f, l, func() { s.play(f, r, l) })
+	if len(r.fails) > 0 {
+		msg = strings.TrimSpace(msg + "\nthe trace could not be played: " + strings.Join(r.fails, "; "))
+	}
+	if msg != "" {
+		t.Errorf("%s: %s\nschedule:\n%s", s, msg, strings.Join(f.history, "\n"))
+		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
+			_ = os.CopyFS(d+"/"+strings.ReplaceAll(s.String(), "/", "_"), os.DirFS(f.dir))
+		}
+	}
+}
+
+// play is the job: step 100 saved in full, step 200 killed after s.kill
+// operations, then the restarted job's save.
+func (s traceSchedule) play(f *fz, r *traceRun, l fuzzLayout) {
+	f.world = s.tr.Ranks
+	saveAt := func(n int64, crashAt int) {
+		f.ops, f.dead, f.crashAt = 0, false, crashAt
+		l.save(f, n)
+		f.dead = false
+	}
+	pause := func() time.Duration {
+		return minSaveGap + time.Duration(f.rng.Int63n(int64(s.gap)+1))
+	}
+	f.note("save step 100")
+	saveAt(100, -1)
+	time.Sleep(pause())
+	if s.kill < s.ops {
+		f.note("save step 200, the job dies at operation %d of %d", s.kill+1, s.ops)
+	} else {
+		f.note("save step 200 in full")
+	}
+	saveAt(200, s.kill+1)
+	time.Sleep(pause())
+	n := int64(200)
+	if s.next {
+		n = 300
+	}
+	f.note("the job restarts: save step %d", n)
+	r.clockSave, r.clockStep = n, s.clock
+	saveAt(n, -1)
+}
