@@ -171,12 +171,12 @@ e2e: build tools trixie
 	$(MAKE) e2e-dcp
 
 ## trixie: the Debian 13 root (tools/trixie) with torch 2.6, numpy,
-## safetensors and OpenBLAS in which the torch 2.6 scenarios run; built
-## once, as root (debootstrap; about 2-3 minutes and 1.3 GB)
+## safetensors, OpenBLAS and PyTorch Ignite in which the torch 2.6
+## scenarios run; built once, as root (debootstrap; about 2-3 minutes and
+## 1.3 GB); a root that lacks a package of the list gets it installed
 TRIXIE := $(CURDIR)/tools/trixie
 .PHONY: trixie e2e-dcp dcp-measure
-trixie: $(TRIXIE)/.ferry-stamp
-$(TRIXIE)/.ferry-stamp:
+trixie:
 	./scripts/trixie-root.sh $(TRIXIE)
 
 ## e2e-dcp: torch 2.6 DCP (DTensor + AdamW on 4 ranks, dcp.save and
@@ -186,6 +186,14 @@ $(TRIXIE)/.ferry-stamp:
 e2e-dcp: tools trixie
 	$(FERRY_BUILD) -o $(BIN)/static/ferry ./cmd/ferry
 	FERRY=$(BIN)/static/ferry VERSITYGW=$(VERSITYGW) ROOT=$(TRIXIE) timeout 1200 ./examples/dcp/scenario.sh
+
+## record-saves: record torch 2.6 dcp.save and async_save (2 ranks),
+## torch.save and Ignite's DiskSaver under strace in the trixie root, as
+## testdata/saveorders/recorded/*.ops (record.sh there; as root); the
+## savetrace TestRecordings compares each with its hand-written trace
+.PHONY: record-saves
+record-saves: trixie
+	ROOT=$(TRIXIE) ./testdata/saveorders/recorded/record.sh
 
 ## dcp-measure: an inotify trace of torch 2.6 dcp.save and async_save of a
 ## 4-rank ~200 MiB step, and ferry's time to durable after each (results in
