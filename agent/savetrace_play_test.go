@@ -154,7 +154,7 @@ func (r *traceRun) step(f *fz, s traceStep, held map[string]*heldFile, stamp tim
 	}
 	if wrote != "" && stamp != 0 {
 		at := time.Now().Add(stamp)
-		_ = os.Chtimes(f.abs(wrote), at, at)
+		_ = os.Chtimes(traceAbs(f, wrote), at, at)
 	}
 }
 
@@ -166,10 +166,10 @@ func (r *traceRun) write(f *fz, rel string, size int, crash bool) error {
 		data = data[:f.rng.Intn(len(data))]
 	}
 	f.note("  write %s (%d bytes)", rel, len(data))
-	if err := os.MkdirAll(filepath.Dir(f.abs(rel)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(traceAbs(f, rel)), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(f.abs(rel), data, 0o644)
+	return os.WriteFile(traceAbs(f, rel), data, 0o644)
 }
 
 func (r *traceRun) create(f *fz, s traceStep, held map[string]*heldFile) error {
@@ -178,10 +178,10 @@ func (r *traceRun) create(f *fz, s traceStep, held map[string]*heldFile) error {
 		total += c
 	}
 	rel := s.args[0]
-	if err := os.MkdirAll(filepath.Dir(f.abs(rel)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(traceAbs(f, rel)), 0o755); err != nil {
 		return err
 	}
-	fh, err := os.OpenFile(f.abs(rel), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	fh, err := os.OpenFile(traceAbs(f, rel), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -215,29 +215,39 @@ func (r *traceRun) other(f *fz, s traceStep) (string, error) {
 	f.note("  %s %s", s.op.Kind, strings.Join(a, " "))
 	switch s.op.Kind {
 	case savetrace.Mkdir:
-		return "", os.MkdirAll(f.abs(a[0]), 0o755)
+		return "", os.MkdirAll(traceAbs(f, a[0]), 0o755)
 	case savetrace.Text:
-		return a[0], writeMade(f.abs(a[0]), []byte(a[1]))
+		return a[0], writeMade(traceAbs(f, a[0]), []byte(a[1]))
 	case savetrace.DCPMetadata:
 		out := outOr(a, ".metadata")
-		return out, writeMade(f.abs(out), dcprecordtest.Encode(sizesOf(f.abs(a[0]), ".distcp")))
+		return out, writeMade(traceAbs(f, out), dcprecordtest.Encode(sizesOf(traceAbs(f, a[0]), ".distcp")))
 	case savetrace.HFIndex:
 		out := outOr(a, "model.safetensors.index.json")
-		return out, writeMade(f.abs(out), hfIndex(sizesOf(f.abs(a[0]), ".safetensors")))
+		return out, writeMade(traceAbs(f, out), hfIndex(sizesOf(traceAbs(f, a[0]), ".safetensors")))
 	case savetrace.Rename:
 		f.markTorn(a[1], f.torn[a[0]])
-		return "", os.Rename(f.abs(a[0]), f.abs(a[1]))
+		return "", os.Rename(traceAbs(f, a[0]), traceAbs(f, a[1]))
 	case savetrace.Remove:
-		if err := os.Remove(f.abs(a[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(traceAbs(f, a[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
 		return "", nil
 	case savetrace.Rmtree:
-		return "", os.RemoveAll(f.abs(a[0]))
+		return "", os.RemoveAll(traceAbs(f, a[0]))
 	case savetrace.Symlink:
-		return "", os.Symlink(a[0], f.abs(a[1]))
+		return "", os.Symlink(a[0], traceAbs(f, a[1]))
 	}
 	return "", fmt.Errorf("the replay cannot run %s", s.op.Kind)
+}
+
+// traceAbs is where rel is: under the watch dir, or under the scratch
+// folder outside it that {tmp} names (a sibling of the watch dir, on the
+// same filesystem).
+func traceAbs(f *fz, rel string) string {
+	if rest, ok := strings.CutPrefix(rel, savetrace.Tmp+"/"); ok {
+		return filepath.Join(f.dir+".scratch", filepath.FromSlash(rest))
+	}
+	return f.abs(rel)
 }
 
 func outOr(a []string, name string) string {

@@ -20,12 +20,14 @@ import (
 // saves step 200 and dies at operation k+1 (k = 0 .. all of them: a write
 // there is left cut short, anything else undone; k = all is a save that
 // completes), restarts and saves step 200 again ("same") or step 300
-// ("next") in full. Each pause before an operation is drawn from [0, gap].
+// ("next") in full. Each pause before an operation is drawn from [0, gap],
+// each between two saves from traceSaveGap + [0, gap].
 // The fuzzer's oracle must hold: every version committed is a state the
 // trainer completed (its `complete`), every completed save still on disk
 // is committed, flush says no more than is true.
 //
 // Knobs: FERRY_TRACE=a,b (traces by name; samples are sample-<file>),
+// FERRY_TRACE_DIRS (more folders of traces),
 // FERRY_TRACE_GAPS (default 0,2s), FERRY_TRACE_RESTART (same,next),
 // FERRY_TRACE_CLOCK (clock steps, e.g. -1h,1h: in the restarted save,
 // files written from an operation drawn at random on get mtimes shifted
@@ -174,6 +176,13 @@ func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
 	}
 }
 
+// traceSaveGap is the least time between two saves of the job: training
+// steps, or a restart, come between them. Saves closer than the agent's
+// debounce (250 ms) would let a rotation delete a step the agent never
+// had a chance to see complete (the fuzzer's quick deletions also wait
+// 400 ms or more).
+const traceSaveGap = 500 * time.Millisecond
+
 // play is the job: step 100 saved in full, step 200 killed after s.kill
 // operations, then the restarted job's save.
 func (s traceSchedule) play(f *fz, r *traceRun, l fuzzLayout) {
@@ -184,7 +193,7 @@ func (s traceSchedule) play(f *fz, r *traceRun, l fuzzLayout) {
 		f.dead = false
 	}
 	pause := func() time.Duration {
-		return minSaveGap + time.Duration(f.rng.Int63n(int64(s.gap)+1))
+		return traceSaveGap + time.Duration(f.rng.Int63n(int64(s.gap)+1))
 	}
 	f.note("save step 100")
 	saveAt(100, -1)

@@ -3,7 +3,6 @@ package agent
 import (
 	"math/rand"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -29,10 +28,17 @@ var traceDirs = []struct{ dir, prefix string }{
 }
 
 // loadTraces parses every trace, keeping those FERRY_TRACE names
-// (comma-separated, by schedule name) when it is set.
+// (comma-separated, by schedule name) when it is set; FERRY_TRACE_DIRS
+// adds folders (comma-separated), as written by someone writing traces.
 func loadTraces(t *testing.T) []*savetrace.Trace {
 	var out []*savetrace.Trace
-	for _, d := range traceDirs {
+	dirs := traceDirs
+	for _, d := range strings.Split(os.Getenv("FERRY_TRACE_DIRS"), ",") {
+		if d != "" {
+			dirs = append(dirs, struct{ dir, prefix string }{d, ""})
+		}
+	}
+	for _, d := range dirs {
 		trs, err := savetrace.Glob(d.dir)
 		if err != nil {
 			t.Fatal(err)
@@ -88,17 +94,21 @@ type traceRun struct {
 	// from an operation drawn at random on, files get mtimes shifted by it.
 	clockStep time.Duration
 	clockSave int64
-	// templates match a root layout's files of a step (step ".").
-	templates []string
+	// tops are the first components of the paths the trace names with
+	// {step}: the root entries that make up a step (its folder, NeMo's
+	// -last copy, Composer's per-rank files).
+	tops []string
 	fails     []string
 }
 
 func newTraceRun(tr *savetrace.Trace, gap time.Duration) *traceRun {
 	r := &traceRun{tr: tr, gap: gap}
 	for _, op := range tr.Ops {
-		for _, a := range op.Args {
-			if strings.Contains(a, "{step}") && op.Kind != savetrace.Text {
-				r.templates = append(r.templates, a)
+		for i, a := range op.Args {
+			top, _, _ := strings.Cut(a, "/")
+			if strings.Contains(top, "{step") && !(op.Kind == savetrace.Text && i == 1) && !(op.Kind == savetrace.Symlink && i == 0) &&
+				!slices.Contains(r.tops, top) {
+				r.tops = append(r.tops, top)
 			}
 		}
 	}
@@ -116,10 +126,11 @@ func (r *traceRun) layout() fuzzLayout {
 		generated: tracePointers[tr.Layout],
 		single:    tr.Layout == "single",
 	}
+	l.files = r.stepFiles
 	if tr.Step == "." {
 		l.dir = func(int64) string { return "" }
-		if !l.single {
-			l.files = r.rootFiles
+		if l.single {
+			l.files = nil
 		}
 		return l
 	}
@@ -127,36 +138,49 @@ func (r *traceRun) layout() fuzzLayout {
 	return l
 }
 
-// rootFiles is step n's files of a layout whose steps are files in the
-// root (Composer's per-rank files): those named as the trace names a
-// file of a step, with this step's number.
-func (r *traceRun) rootFiles(f *fz, n int64) fileState {
+// stepFiles is step n's files: those below the root entries the trace
+// names with the step's number (its folder, NeMo's -last copy beside it,
+// Composer's per-rank files in the root), as the agent counts them.
+func (r *traceRun) stepFiles(f *fz, n int64) fileState {
 	var res []*regexp.Regexp
-	for _, tmpl := range r.templates {
-		re := regexp.QuoteMeta(tmpl)
-		re = strings.ReplaceAll(re, regexp.QuoteMeta("{step}"), strconv.FormatInt(n, 10))
-		re = regexp.MustCompile(`\\\{[a-z]+[0-9]*\\\}`).ReplaceAllString(re, `[0-9]+`)
-		res = append(res, regexp.MustCompile("^"+re+"$"))
+	for _, top := range r.tops {
+		res = append(res, templateRE(top, n))
 	}
 	out := fileState{}
-	_ = filepath.WalkDir(f.dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		rel, _ := filepath.Rel(f.dir, p)
-		rel = filepath.ToSlash(rel)
+	entries, _ := os.ReadDir(f.dir)
+	for _, e := range entries {
 		for _, re := range res {
-			if re.MatchString(rel) {
-				for k, v := range f.snapshot(rel) {
+			if re.MatchString(e.Name()) {
+				for k, v := range f.snapshot(e.Name()) {
 					out[k] = v
 				}
 				break
 			}
 		}
-		return nil
-	})
+	}
 	return out
 }
+
+// templateRE matches the names a template gives step n, any rank.
+func templateRE(tmpl string, n int64) *regexp.Regexp {
+	var re strings.Builder
+	re.WriteString("^")
+	last := 0
+	for _, m := range placeholder.FindAllStringSubmatchIndex(tmpl, -1) {
+		re.WriteString(regexp.QuoteMeta(tmpl[last:m[0]]))
+		if name := tmpl[m[2]:m[3]]; name == "step" || name == "epoch" {
+			s, _ := savetrace.Expand(tmpl[m[0]:m[1]], savetrace.Vars{Step: n})
+			re.WriteString(s)
+		} else {
+			re.WriteString("[0-9]+")
+		}
+		last = m[1]
+	}
+	re.WriteString(regexp.QuoteMeta(tmpl[last:]) + "$")
+	return regexp.MustCompile(re.String())
+}
+
+var placeholder = regexp.MustCompile(`\{([a-z]+[0-9]*)(?::[0-9]+d?)?\}`)
 
 // vars are the placeholders' values for a save of step n.
 func (r *traceRun) vars(n int64) savetrace.Vars {

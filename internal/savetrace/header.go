@@ -25,6 +25,12 @@ var flagArity = map[string]bool{
 
 var layoutWord = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
 
+var stepRE = regexp.MustCompile(`\{step(:0[1-9][0-9]?d?)?\}`)
+
+// sourceRE wants at least one owner/repository@ref, the version read; a
+// trace read from several (NeMo on Lightning on Megatron) names each.
+var sourceRE = regexp.MustCompile(`(^|[;\s])[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[A-Za-z0-9_.+-]+`)
+
 func (p *parser) headerLine(line string) error {
 	key, value, _ := strings.Cut(line, ":")
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
@@ -57,8 +63,8 @@ func (p *parser) headerValue(key, value string) error {
 	case "versions":
 		t.Versions = value
 	case "source":
-		if repo, tag, ok := strings.Cut(value, "@"); !ok || !strings.Contains(repo, "/") || tag == "" || strings.ContainsAny(value, " \t") {
-			return p.errf("source: %q: want owner/repository@tag, the version read", value)
+		if !sourceRE.MatchString(value) {
+			return p.errf("source: %q: want owner/repository@tag, the version read (several separated by ;)", value)
 		}
 		t.Source = value
 	case "layout":
@@ -74,7 +80,7 @@ func (p *parser) headerValue(key, value string) error {
 			return p.errf("ranks: %q: want a world size from 1 to 1024", value)
 		}
 	case "step":
-		if value != "." && !strings.Contains(value, "{step}") {
+		if value != "." && !stepRE.MatchString(value) {
 			return p.errf("step: %q: want the step's folder with {step} in it, or \".\" for files in the root", value)
 		}
 		if err := p.checkPath(value, false); err != nil {

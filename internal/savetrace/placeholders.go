@@ -18,19 +18,35 @@ type Vars struct {
 	Epoch int
 }
 
-// placeholderRE matches a placeholder; in text content only these are
-// substituted, so JSON braces stay as written.
-var placeholderRE = regexp.MustCompile(`\{([a-z]+[0-9]*)\}`)
+// placeholderRE matches a placeholder, with an optional zero-padded width
+// ({step:07} or {step:07d}, as Python's format spec writes it); in text
+// content only these are substituted, so JSON braces stay as written.
+var placeholderRE = regexp.MustCompile(`\{([a-z]+[0-9]*)(?::0([1-9][0-9]?)d?)?\}`)
+
+// Tmp is the placeholder of the scratch folder outside the watch dir
+// (FORMAT.md): Expand leaves it in place for the caller to resolve.
+const Tmp = "{tmp}"
 
 // Expand substitutes the placeholders of s; ok is false when s names a
 // step that does not exist ({prev3} after two saves): the op is skipped.
 func Expand(s string, v Vars) (out string, ok bool) {
 	ok = true
 	out = placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
-		name := m[1 : len(m)-1]
+		sub := placeholderRE.FindStringSubmatch(m)
+		name := sub[1]
+		pad := func(n int64) string {
+			w, _ := strconv.Atoi(sub[2])
+			s := strconv.FormatInt(n, 10)
+			for len(s) < w {
+				s = "0" + s
+			}
+			return s
+		}
 		switch name {
+		case "tmp":
+			return m
 		case "step":
-			return strconv.FormatInt(v.Step, 10)
+			return pad(v.Step)
 		case "rank":
 			return strconv.Itoa(v.Rank)
 		case "world":
@@ -43,14 +59,14 @@ func Expand(s string, v Vars) (out string, ok bool) {
 			ok = false
 			return m
 		}
-		return strconv.FormatInt(v.Prev[n-1], 10)
+		return pad(v.Prev[n-1])
 	})
 	return out, ok
 }
 
 func knownPlaceholder(name string) bool {
 	switch name {
-	case "step", "rank", "world", "epoch":
+	case "step", "rank", "world", "epoch", "tmp":
 		return true
 	}
 	if n, ok := strings.CutPrefix(name, "prev"); ok {
@@ -64,12 +80,17 @@ func knownPlaceholder(name string) bool {
 // in an operation a rank runs; strict (paths) also refuses a brace that
 // is not part of one.
 func (p *parser) checkPlaceholders(s string, rank, strict bool) error {
-	for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
+	for i, m := range placeholderRE.FindAllStringSubmatchIndex(s, -1) {
+		name, width := s[m[2]:m[3]], m[4] >= 0
 		switch {
-		case !knownPlaceholder(m[1]):
-			return p.errf("unknown placeholder {%s} (known: {step}, {rank}, {world}, {epoch}, {prev1}, {prev2}, ...)", m[1])
-		case m[1] == "rank" && !rank:
+		case !knownPlaceholder(name):
+			return p.errf("unknown placeholder {%s} (known: {step}, {rank}, {world}, {epoch}, {prev1}, {prev2}, ..., {tmp}; {step:07d} pads)", name)
+		case name == "rank" && !rank:
 			return p.errf("{rank} in an operation no rank runs")
+		case width && name != "step" && !strings.HasPrefix(name, "prev"):
+			return p.errf("{%s}: only {step} and {prevN} take a width", s[m[2]:m[1]-1])
+		case name == "tmp" && (!strict || i > 0 || m[0] != 0 || !strings.HasPrefix(s[m[1]:], "/")):
+			return p.errf("%q: {tmp} begins a path, as {tmp}/name (the scratch folder outside the watch dir)", s)
 		}
 	}
 	if strict {

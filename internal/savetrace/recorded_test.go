@@ -157,7 +157,7 @@ func playOnto(tr *Trace, v Vars, world int, fs map[string]bool) []recOp {
 		for _, r := range ranks {
 			v.Rank = r
 			args, ok := expandArgs(op, v)
-			if !ok || !apply(op.Kind, args, fs) {
+			if !ok || !apply(op.Kind, args, fs) || outside(op.Kind, args) {
 				continue
 			}
 			kind := string(op.Kind)
@@ -171,6 +171,21 @@ func playOnto(tr *Trace, v Vars, world int, fs map[string]bool) []recOp {
 		}
 	}
 	return out
+}
+
+// outside reports whether an operation names only paths outside the
+// watch dir ({tmp}), which the recording does not show; a rename from
+// there shows as from "(outside)", as convert.py writes it.
+func outside(k Kind, args []string) bool {
+	if k == Rename && strings.HasPrefix(args[0], Tmp) {
+		args[0] = "(outside)"
+		return false
+	}
+	p := args[0]
+	if k == Symlink {
+		p = args[1]
+	}
+	return strings.HasPrefix(p, Tmp)
 }
 
 func expandArgs(op Op, v Vars) ([]string, bool) {

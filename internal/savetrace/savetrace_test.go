@@ -75,6 +75,22 @@ all complete
 	if got, _ := Expand("c-{prev1}/{rank}-{world}-{epoch}", Vars{Step: 300, Prev: []int64{200}, Rank: 1, World: 4}); got != "c-200/1-4-0" {
 		t.Fatalf("expand: %q", got)
 	}
+	if got, _ := Expand("{tmp}/iter_{step:07d}/{prev1:03}", Vars{Step: 300, Prev: []int64{20}}); got != "{tmp}/iter_0000300/020" {
+		t.Fatalf("expand padded: %q", got)
+	}
+}
+
+func TestParseExtensions(t *testing.T) {
+	src := strings.Replace(header, "checkpoint-{step}", "iter_{step:07d}", 1) +
+		"cite a.py f\nr0 write {tmp}/x 1\nr0 rename {tmp}/x iter_{step:07}/x\nr0 rmtree iter_{prev2:07d}\nall complete\n"
+	src = strings.Replace(src, "huggingface/transformers@v4.46.3", "NVIDIA/NeMo@v2.4.0; torch 2.6.0 (Debian 13)", 1)
+	tr, err := Parse("x.trace", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Step != "iter_{step:07d}" || tr.Ops[1].Args[0] != "{tmp}/x" {
+		t.Fatalf("%+v", tr)
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -121,6 +137,10 @@ func TestParseErrors(t *testing.T) {
 		{"flag bad value", header + "flags: --expected-ranks two\n" + ops, "t.trace:8: flags: --expected-ranks two: want a count"},
 		{"flag pattern", header + "flags: --step-pattern '('\n" + ops, "t.trace:8: flags: --step-pattern (:"},
 		{"flag quote", header + "flags: --step-pattern '(\n" + ops, "t.trace:8: flags: unclosed ' quote"},
+		{"tmp inside", header + "cite a.py f\nr0 write a/{tmp}/x 1\n", "t.trace:9: \"a/{tmp}/x\": {tmp} begins a path"},
+		{"tmp alone", header + "cite a.py f\nr0 write {tmp} 1\n", "t.trace:9: \"{tmp}\": {tmp} begins a path"},
+		{"tmp in text", header + "cite a.py f\nr0 text a {tmp}\n", "{tmp} begins a path"},
+		{"rank width", header + "cite a.py f\nr0 write a{rank:02d} 1\n", "t.trace:9: {rank:02d}: only {step} and {prevN} take a width"},
 		{"rank placeholder in all", header + "keep: 1\n" + ops, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
