@@ -97,8 +97,8 @@ type traceRun struct {
 	// tops are the first components of the paths the trace names with
 	// {step}: the root entries that make up a step (its folder, NeMo's
 	// -last copy, Composer's per-rank files).
-	tops []string
-	fails     []string
+	tops  []string
+	fails []string
 }
 
 func newTraceRun(tr *savetrace.Trace, gap time.Duration) *traceRun {
