@@ -87,15 +87,18 @@ fuzz-agent: tools
 ## replay's samples) killed after each of its operations, at each gap of
 ## GAPS, the job restarted to save the same step again and the next one,
 ## against the agent on versitygw, checked by the fuzzer's oracle; prints
-## the count of traces, kill points and schedules. CLOCK=-1h,1h adds clock
-## steps; FERRY_TRACE=name,... in the environment runs only those traces.
-## `go test` runs a fixed sample (FERRY_TRACE_SAMPLE)
+## the count of traces, kill points and schedules. NODES: the ranks also
+## spread over 2 and 4 nodes (a watch dir and an agent each, the same
+## settings, one bucket); CLOCK=-1h,1h adds clock steps; FERRY_TRACE=name,...
+## in the environment runs only those traces. `go test` runs a fixed sample
+## of 300 on one node (FERRY_TRACE_SAMPLE)
 GAPS  ?= 0,2s
+NODES ?= 1,2,4
 CLOCK ?=
 TRACE_PARALLEL ?= 32
 .PHONY: fuzz-traces
 fuzz-traces: tools
-	@report=$$(mktemp); FERRY_TRACE_MODE=all FERRY_TRACE_GAPS=$(GAPS) FERRY_TRACE_CLOCK=$(CLOCK) FERRY_TRACE_PARALLEL=$(TRACE_PARALLEL) \
+	@report=$$(mktemp); FERRY_TRACE_MODE=all FERRY_TRACE_GAPS=$(GAPS) FERRY_TRACE_NODES=$(NODES) FERRY_TRACE_CLOCK=$(CLOCK) FERRY_TRACE_PARALLEL=$(TRACE_PARALLEL) \
 		FERRY_TRACE_REPORT=$$report FERRY_VERSITYGW=$(VERSITYGW) \
 		$(GO) test -count=1 -timeout 6h -run '^TestSaveTraceReplay$$' ./agent/; rc=$$?; cat $$report; rm -f $$report; exit $$rc
 

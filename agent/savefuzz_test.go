@@ -18,14 +18,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/uploader"
 )
 
 // TestSaveScheduleFuzz drives the agent, at its defaults, with seeded
@@ -141,42 +138,11 @@ func newFz(seed int64, dir string) *fz {
 // layout's options, on f's folder, runs play (the trainer), flushes, stops
 // the agent and returns what the oracle found wrong ("" for nothing).
 func runAgainstAgent(t *testing.T, srv *s3test.Server, f *fz, l fuzzLayout, play func()) string {
-	rec := &recordingStore{Store: srv.Store(t, srv.NewBucket(t)), prefix: "run"}
-	state, err := os.MkdirTemp("", "fz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
-	det := detect.Options{Dir: f.dir, Layout: "auto", CloseWrite: true}
-	if l.options != nil {
-		l.options(&det)
-	}
-	reg := prometheus.NewRegistry()
-	a, err := New(Options{ // the CLI's defaults (cmd/ferry cmd_agent_flags.go)
-		Store: rec, Prefix: "run", URL: "s3://fuzz/run", StateDir: state,
-		Detect:   det,
-		Pipeline: true, WhenBehind: NewestFirst,
-		Upload:  uploader.Options{PartSize: 64 << 20, Concurrency: uploader.DefaultConcurrency, DropCache: true},
-		Metrics: control.NewMetrics(reg),
-		Logger:  zaptest.NewLogger(t).Named(l.name),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	<-a.watching
-	play()
-	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	left, ferr := a.Flush(fctx)
-	fcancel()
-	st := a.Status()
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("agent: %v", err)
-	}
-	return f.check(l, rec, st, lostCount(t, reg), left, ferr)
+	return runAgainstNodes(t, srv, f, l, []string{f.dir}, func(_ int, o *detect.Options) {
+		if l.options != nil {
+			l.options(o)
+		}
+	}, play)
 }
 
 // play runs the schedule: saves (some killed halfway, some re-saving an

@@ -131,7 +131,7 @@ func (r *traceRun) step(f *fz, s traceStep, held map[string]*heldFile, stamp tim
 	var wrote string
 	switch s.op.Kind {
 	case savetrace.Write:
-		wrote, err = a[0], r.write(f, a[0], int(s.size), crash)
+		wrote, err = a[0], r.write(f, s.actor, a[0], int(s.size), crash)
 	case savetrace.Create:
 		if !crash {
 			wrote, err = a[0], r.create(f, s, held)
@@ -154,22 +154,19 @@ func (r *traceRun) step(f *fz, s traceStep, held map[string]*heldFile, stamp tim
 	}
 	if wrote != "" && stamp != 0 {
 		at := time.Now().Add(stamp)
-		_ = os.Chtimes(traceAbs(f, wrote), at, at)
+		_ = os.Chtimes(r.abs(f, s.actor, wrote), at, at)
 	}
 }
 
 // write is torch.save's open(O_TRUNC), write, close; killed, a prefix.
-func (r *traceRun) write(f *fz, rel string, size int, crash bool) error {
+func (r *traceRun) write(f *fz, actor, rel string, size int, crash bool) error {
 	data := f.content(rel, size)
 	f.markTorn(rel, crash)
 	if crash && len(data) > 0 {
 		data = data[:f.rng.Intn(len(data))]
 	}
 	f.note("  write %s (%d bytes)", rel, len(data))
-	if err := os.MkdirAll(filepath.Dir(traceAbs(f, rel)), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(traceAbs(f, rel), data, 0o644)
+	return writeMade(r.abs(f, actor, rel), data)
 }
 
 func (r *traceRun) create(f *fz, s traceStep, held map[string]*heldFile) error {
@@ -178,10 +175,11 @@ func (r *traceRun) create(f *fz, s traceStep, held map[string]*heldFile) error {
 		total += c
 	}
 	rel := s.args[0]
-	if err := os.MkdirAll(filepath.Dir(traceAbs(f, rel)), 0o755); err != nil {
+	p := r.abs(f, s.actor, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	fh, err := os.OpenFile(traceAbs(f, rel), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	fh, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -213,41 +211,66 @@ func (r *traceRun) append(f *fz, s traceStep, held map[string]*heldFile, crash b
 func (r *traceRun) other(f *fz, s traceStep) (string, error) {
 	a := s.args
 	f.note("  %s %s", s.op.Kind, strings.Join(a, " "))
+	abs := func(rel string) string { return r.abs(f, s.actor, rel) }
 	switch s.op.Kind {
 	case savetrace.Mkdir:
-		return "", os.MkdirAll(traceAbs(f, a[0]), 0o755)
+		return "", os.MkdirAll(abs(a[0]), 0o755)
 	case savetrace.Text:
-		return a[0], writeMade(traceAbs(f, a[0]), []byte(a[1]))
+		return a[0], writeMade(abs(a[0]), []byte(a[1]))
 	case savetrace.DCPMetadata:
 		out := outOr(a, ".metadata")
-		return out, writeMade(traceAbs(f, out), dcprecordtest.Encode(sizesOf(traceAbs(f, a[0]), ".distcp")))
+		return out, writeMade(abs(out), dcprecordtest.Encode(r.sizesOf(f, a[0], ".distcp")))
 	case savetrace.HFIndex:
 		out := outOr(a, "model.safetensors.index.json")
-		return out, writeMade(traceAbs(f, out), hfIndex(sizesOf(traceAbs(f, a[0]), ".safetensors")))
+		return out, writeMade(abs(out), hfIndex(r.sizesOf(f, a[0], ".safetensors")))
 	case savetrace.Rename:
 		f.markTorn(a[1], f.torn[a[0]])
-		return "", os.Rename(traceAbs(f, a[0]), traceAbs(f, a[1]))
+		return "", os.Rename(abs(a[0]), abs(a[1]))
 	case savetrace.Remove:
-		if err := os.Remove(traceAbs(f, a[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(abs(a[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
 		return "", nil
 	case savetrace.Rmtree:
-		return "", os.RemoveAll(traceAbs(f, a[0]))
+		return "", os.RemoveAll(abs(a[0]))
 	case savetrace.Symlink:
-		return "", os.Symlink(a[0], traceAbs(f, a[1]))
+		return "", os.Symlink(a[0], abs(a[1]))
 	}
 	return "", fmt.Errorf("the replay cannot run %s", s.op.Kind)
 }
 
-// traceAbs is where rel is: under the watch dir, or under the scratch
-// folder outside it that {tmp} names (a sibling of the watch dir, on the
-// same filesystem).
-func traceAbs(f *fz, rel string) string {
-	if rest, ok := strings.CutPrefix(rel, savetrace.Tmp+"/"); ok {
-		return filepath.Join(f.dir+".scratch", filepath.FromSlash(rest))
+// abs is where rel is for actor: under the watch dir of the actor's node,
+// or under the scratch folder outside it that {tmp} names (a sibling of
+// the watch dir, on the same filesystem).
+func (r *traceRun) abs(f *fz, actor, rel string) string {
+	dir := f.dir
+	if len(r.dirs) > 1 {
+		dir = r.dirs[r.nodeOf(actor)]
 	}
-	return f.abs(rel)
+	if rest, ok := strings.CutPrefix(rel, savetrace.Tmp+"/"); ok {
+		return filepath.Join(dir+".scratch", filepath.FromSlash(rest))
+	}
+	return filepath.Join(dir, filepath.FromSlash(rel))
+}
+
+// nodeOf is the node of an actor's rank: the ranks in contiguous blocks.
+func (r *traceRun) nodeOf(actor string) int {
+	rank, _ := strconv.Atoi(strings.TrimPrefix(strings.Split(actor, "/")[0], "r"))
+	return rank * len(r.dirs) / r.tr.Ranks
+}
+
+// sizesOf returns the sizes of the files named *suffix in dir on every
+// node: a framework's record names every rank's files.
+func (r *traceRun) sizesOf(f *fz, dir, suffix string) map[string]int64 {
+	sizes := map[string]int64{}
+	dirs := r.dirs
+	if len(dirs) == 0 {
+		dirs = []string{f.dir}
+	}
+	for _, d := range dirs {
+		maps.Copy(sizes, sizesOf(filepath.Join(d, filepath.FromSlash(dir)), suffix))
+	}
+	return sizes
 }
 
 func outOr(a []string, name string) string {

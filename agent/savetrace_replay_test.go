@@ -1,15 +1,19 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math/rand"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/savetrace"
 )
@@ -27,7 +31,9 @@ import (
 // is committed, flush says no more than is true.
 //
 // Knobs: FERRY_TRACE=a,b (traces by name; samples are sample-<file>),
-// FERRY_TRACE_DIRS (more folders of traces),
+// FERRY_TRACE_DIRS (more folders of traces), FERRY_TRACE_NODES (default
+// 1; 1,2,4 also spreads each trace's ranks over 2 and 4 nodes, each with
+// its own watch dir and agent, the same settings, one bucket),
 // FERRY_TRACE_GAPS (default 0,2s), FERRY_TRACE_RESTART (same,next),
 // FERRY_TRACE_CLOCK (clock steps, e.g. -1h,1h: in the restarted save,
 // files written from an operation drawn at random on get mtimes shifted
@@ -80,6 +86,9 @@ type traceSchedule struct {
 	gap       time.Duration
 	next      bool
 	clock     time.Duration
+	// nodes spreads the ranks over that many nodes (contiguous blocks),
+	// each with its own watch dir and agent, one bucket.
+	nodes int
 }
 
 func (s traceSchedule) String() string {
@@ -90,6 +99,9 @@ func (s traceSchedule) String() string {
 	name := fmt.Sprintf("%s/kill-%d-of-%d/gap-%v/%s", s.tr.Name, s.kill, s.ops, s.gap, restart)
 	if s.clock != 0 {
 		name += "/clock" + s.clock.String()
+	}
+	if s.nodes > 1 {
+		name += fmt.Sprintf("/nodes-%d", s.nodes)
 	}
 	return name
 }
@@ -105,6 +117,14 @@ func (s traceSchedule) seed() int64 {
 func traceSchedules(t *testing.T, traces []*savetrace.Trace) ([]traceSchedule, int) {
 	gaps := envDurations(t, "FERRY_TRACE_GAPS", "0,2s")
 	clocks := append([]time.Duration{0}, envDurations(t, "FERRY_TRACE_CLOCK", "")...)
+	var nodes []int
+	for _, w := range strings.Split(cmp.Or(os.Getenv("FERRY_TRACE_NODES"), "1"), ",") {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 1 {
+			t.Fatalf("FERRY_TRACE_NODES: %q is not a count of nodes", w)
+		}
+		nodes = append(nodes, n)
+	}
 	restarts := strings.Split(os.Getenv("FERRY_TRACE_RESTART"), ",")
 	if os.Getenv("FERRY_TRACE_RESTART") == "" {
 		restarts = []string{"same", "next"}
@@ -121,7 +141,12 @@ func traceSchedules(t *testing.T, traces []*savetrace.Trace) ([]traceSchedule, i
 						t.Fatalf("FERRY_TRACE_RESTART: %q is neither same nor next", r)
 					}
 					for _, c := range clocks {
-						out = append(out, traceSchedule{tr: tr, kill: k, ops: ops, gap: g, next: r == "next", clock: c})
+						for _, n := range nodes {
+							if n > 1 && (tr.Ranks < n || tr.Layout == "single") {
+								continue // a job of fewer ranks than nodes, or one file
+							}
+							out = append(out, traceSchedule{tr: tr, kill: k, ops: ops, gap: g, next: r == "next", clock: c, nodes: n})
+						}
 					}
 				}
 			}
@@ -164,8 +189,20 @@ func envDurations(t *testing.T, name, def string) []time.Duration {
 func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
 	f := newFz(s.seed(), t.TempDir())
 	r := newTraceRun(s.tr, s.gap)
+	r.dirs = []string{f.dir}
+	for len(r.dirs) < s.nodes {
+		r.dirs = append(r.dirs, t.TempDir())
+	}
 	l := r.layout()
-	msg := runAgainstAgent(t, srv, f, l, func() { s.play(f, r, l) })
+	msg := runAgainstNodes(t, srv, f, l, r.dirs, func(k int, o *detect.Options) {
+		traceOptions(s.tr, o)
+		// As ferry agent does with the same settings on every node
+		// (cmd/ferry agent_marker.go): nodes other than 0 of a layout
+		// whose marker rank 0 writes detect without it.
+		if k > 0 && rankZeroMarker[s.tr.Layout] && !slices.ContainsFunc(s.tr.Flags, func(fl savetrace.Flag) bool { return fl.Name == "no-marker" }) {
+			o.NoMarker = true
+		}
+	}, func() { s.play(f, r, l) })
 	if len(r.fails) > 0 {
 		msg = strings.TrimSpace(msg + "\nthe trace could not be played: " + strings.Join(r.fails, "; "))
 	}
@@ -176,6 +213,10 @@ func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
 		}
 	}
 }
+
+// rankZeroMarker are the layouts whose marker only global rank 0's node
+// sees (cmd/ferry agent_marker.go).
+var rankZeroMarker = map[string]bool{"dcp": true, "deepspeed": true, "megatron": true, "hf": true}
 
 // traceSaveGap is the least time between two saves of the job: training
 // steps, or a restart, come between them. Saves closer than the agent's

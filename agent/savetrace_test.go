@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"math/rand"
 	"os"
 	"regexp"
@@ -99,6 +100,8 @@ type traceRun struct {
 	// -last copy, Composer's per-rank files).
 	tops  []string
 	fails []string
+	// dirs are the nodes' watch dirs (none or one: a single node, f.dir).
+	dirs []string
 }
 
 func newTraceRun(tr *savetrace.Trace, gap time.Duration) *traceRun {
@@ -147,14 +150,19 @@ func (r *traceRun) stepFiles(f *fz, n int64) fileState {
 		res = append(res, templateRE(top, n))
 	}
 	out := fileState{}
-	entries, _ := os.ReadDir(f.dir)
-	for _, e := range entries {
-		for _, re := range res {
-			if re.MatchString(e.Name()) {
-				for k, v := range f.snapshot(e.Name()) {
-					out[k] = v
+	dirs := r.dirs
+	if len(dirs) == 0 {
+		dirs = []string{f.dir}
+	}
+	for _, dir := range dirs {
+		node := &fz{dir: dir}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			for _, re := range res {
+				if re.MatchString(e.Name()) {
+					maps.Copy(out, node.snapshot(e.Name()))
+					break
 				}
-				break
 			}
 		}
 	}
