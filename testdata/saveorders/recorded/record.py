@@ -16,7 +16,8 @@ recording into saves.
   dcp-async-save  the same with dcp.async_save, the future waited on
   torch-save      torch.save(state, DIR/checkpoint.pt), once
   ignite          ignite ModelCheckpoint(DIR, n_saved=2) (DiskSaver, atomic)
-                  saving a model at iterations 100, 200 and 300
+                  saving {"model", "optimizer"} (checkpoint_N.pt) at iterations
+                  100, 200 and 300
 """
 
 import os
@@ -79,7 +80,7 @@ def ignite(root, log):
     from ignite.engine import Engine, Events
     from ignite.handlers import ModelCheckpoint
 
-    model, _ = state()
+    model, opt = state()
     engine = Engine(lambda e, b: None)
     handler = ModelCheckpoint(root, filename_prefix="", n_saved=2, require_empty=False)
     mark(log, "rank-0")
@@ -87,7 +88,7 @@ def ignite(root, log):
     @engine.on(Events.ITERATION_COMPLETED(every=100))
     def save(e):
         mark(log, f"save-{e.state.iteration}-rank-0")
-        handler(e, {"model": model})
+        handler(e, {"model": model, "optimizer": opt})
 
     engine.run(range(300), max_epochs=1)
 
