@@ -98,7 +98,9 @@ type traceRun struct {
 	// tops are the first components of the paths the trace names with
 	// {step}: the root entries that make up a step (its folder, NeMo's
 	// -last copy, Composer's per-rank files).
-	tops  []string
+	tops []string
+	// fails are the operations the replay could not run (a trace that
+	// does not fit the disk it plays on: a rename onto a folder there).
 	fails []string
 	// dirs are the nodes' watch dirs (none or one: a single node, f.dir).
 	dirs []string
