@@ -34,7 +34,12 @@ type fuzzLayout struct {
 	// the number; counted flat steps have no number of their own).
 	key   func(n int64) string
 	keyOf func(m *manifest.Manifest) string
+	// single marks a layout whose versions are the root's checkpoint
+	// files (the oracle's "single" rules), besides the layout so named.
+	single bool
 }
+
+func (l fuzzLayout) isSingle() bool { return l.name == "single" || l.single }
 
 // state is step n's files on disk, empty when it is gone.
 func (l fuzzLayout) state(f *fz, n int64) fileState {
@@ -50,7 +55,7 @@ func (l fuzzLayout) state(f *fz, n int64) fileState {
 // onDisk reports whether step n has files on disk (the single layout's
 // folder always counts).
 func (l fuzzLayout) onDisk(f *fz, n int64) bool {
-	return l.name == "single" || len(l.state(f, n)) > 0
+	return l.isSingle() || len(l.state(f, n)) > 0
 }
 
 func (l fuzzLayout) remove(f *fz, n int64) {
@@ -70,7 +75,7 @@ func (l fuzzLayout) stepKey(n int64) string {
 
 func (l fuzzLayout) manifestKey(m *manifest.Manifest) string {
 	switch {
-	case l.name == "single":
+	case l.isSingle():
 		return "single"
 	case l.keyOf != nil:
 		return l.keyOf(m)

@@ -28,7 +28,7 @@ func (f *fz) check(l fuzzLayout, rec *recordingStore, st control.Status, lost in
 			problems = append(problems, fmt.Sprintf("step %d (%s) revision %d committed %v, a state the trainer never completed (its completed states: %v)",
 				m.Step, key, m.Revision, got, f.complete[key]))
 		}
-		if l.name == "single" {
+		if l.isSingle() {
 			if m.Step >= newestSingle {
 				newestSingle, latest[key] = m.Step, got
 			}

@@ -18,14 +18,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/ferrylabs/ferry/agent/control"
 	"github.com/ferrylabs/ferry/agent/detect"
 	"github.com/ferrylabs/ferry/internal/s3test"
 	"github.com/ferrylabs/ferry/internal/store"
 	"github.com/ferrylabs/ferry/manifest"
-	"github.com/ferrylabs/ferry/uploader"
 )
 
 // TestSaveScheduleFuzz drives the agent, at its defaults, with seeded
@@ -123,49 +120,29 @@ func (r *recordingStore) Put(ctx context.Context, key string, body io.ReadSeeker
 
 // runSchedule runs one seed's schedule and checks the oracle.
 func runSchedule(t *testing.T, srv *s3test.Server, seed int64, l fuzzLayout) {
-	f := &fz{rng: rand.New(rand.NewSource(seed)), dir: t.TempDir(), complete: map[string][]fileState{},
-		deleted: map[string]bool{}, gone: map[string]bool{}}
-	rec := &recordingStore{Store: srv.Store(t, srv.NewBucket(t)), prefix: "run"}
-	state, err := os.MkdirTemp("", "fz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(state)
-	det := detect.Options{Dir: f.dir, Layout: "auto", CloseWrite: true}
-	if l.options != nil {
-		l.options(&det)
-	}
-	reg := prometheus.NewRegistry()
-	a, err := New(Options{ // the CLI's defaults (cmd/ferry cmd_agent_flags.go)
-		Store: rec, Prefix: "run", URL: "s3://fuzz/run", StateDir: state,
-		Detect:   det,
-		Pipeline: true, WhenBehind: NewestFirst,
-		Upload:  uploader.Options{PartSize: 64 << 20, Concurrency: uploader.DefaultConcurrency, DropCache: true},
-		Metrics: control.NewMetrics(reg),
-		Logger:  zaptest.NewLogger(t).Named(l.name),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	<-a.watching
-	f.play(l)
-	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	left, ferr := a.Flush(fctx)
-	fcancel()
-	st := a.Status()
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("agent: %v", err)
-	}
-	if msg := f.check(l, rec, st, lostCount(t, reg), left, ferr); msg != "" {
+	f := newFz(seed, t.TempDir())
+	if msg := runAgainstAgent(t, srv, f, l, func() { f.play(l) }); msg != "" {
 		t.Errorf("seed %d (%s): %s\nschedule:\n%s", seed, l.name, msg, strings.Join(f.history, "\n"))
 		if d := os.Getenv("FERRY_FUZZ_DUMP"); d != "" {
 			_ = os.CopyFS(filepath.Join(d, fmt.Sprintf("seed-%d", seed)), os.DirFS(f.dir))
 		}
 	}
+}
+
+func newFz(seed int64, dir string) *fz {
+	return &fz{rng: rand.New(rand.NewSource(seed)), dir: dir, complete: map[string][]fileState{},
+		deleted: map[string]bool{}, gone: map[string]bool{}}
+}
+
+// runAgainstAgent starts the agent, at the CLI's defaults and the
+// layout's options, on f's folder, runs play (the trainer), flushes, stops
+// the agent and returns what the oracle found wrong ("" for nothing).
+func runAgainstAgent(t *testing.T, srv *s3test.Server, f *fz, l fuzzLayout, play func()) string {
+	return runAgainstNodes(t, srv, f, l, []string{f.dir}, func(_ int, o *detect.Options) {
+		if l.options != nil {
+			l.options(o)
+		}
+	}, play)
 }
 
 // play runs the schedule: saves (some killed halfway, some re-saving an

@@ -2,15 +2,47 @@
 # Build the Debian 13 (trixie) root in which the modern-PyTorch e2e
 # scenarios run torch 2.6 (examples/dcp): debootstrap --variant=minbase from
 # the Debian mirror this machine's apt uses, then python3-torch,
-# python3-numpy, python3-safetensors and libopenblas0-pthread (without it
-# torch falls back to the reference BLAS, about 11x slower). Run as root
-# through `make trixie`; the stamp file makes it a one-time cost (about
-# 2 minutes and 1.7 GB). Usage: trixie-root.sh ROOT
+# python3-numpy, python3-safetensors, libopenblas0-pthread (without it
+# torch falls back to the reference BLAS, about 11x slower) and
+# python3-torch-ignite (PyTorch Ignite, whose DiskSaver
+# testdata/saveorders/recorded records). Run as root through `make
+# trixie`; the stamp file makes it a one-time cost (about 2 minutes and
+# 1.7 GB). A root built before a package joined the list gets the missing
+# ones installed into it, without a rebuild. Usage: trixie-root.sh ROOT
 set -euo pipefail
 root=${1:?usage: trixie-root.sh ROOT}
 stamp=$root/.ferry-stamp
-packages="python3-torch python3-numpy python3-safetensors libopenblas0-pthread"
-[ -f "$stamp" ] && { echo "trixie root ready: $root"; exit 0; }
+packages="python3-torch python3-numpy python3-safetensors libopenblas0-pthread python3-torch-ignite"
+
+# missing: the packages of the list that ROOT lacks.
+missing() {
+	local p out=""
+	for p in $packages; do
+		chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || out="$out $p"
+	done
+	echo "$out"
+}
+
+if [ -f "$stamp" ]; then
+	[ "$(id -u)" = 0 ] || { echo "trixie root ready: $root (not checked for missing packages: that needs root)"; exit 0; }
+	add=$(missing)
+	[ -z "$add" ] && { echo "trixie root ready: $root"; exit 0; }
+	echo "trixie root $root lacks$add: installing"
+	(
+		unshare --mount --propagation private -- sh -c '
+			root=$1; shift
+			mount -t proc proc "$root/proc"
+			cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+			chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+			chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" &&
+			chroot "$root" apt-get clean' sh "$root" $add
+	) >"$root.install.log" 2>&1 || { tail -n 20 "$root.install.log" >&2; exit 1; }
+	rm -f "$root.install.log"
+	add=$(missing)
+	[ -z "$add" ] || { echo "trixie root $root still lacks$add" >&2; exit 1; }
+	echo "trixie root ready: $root"
+	exit 0
+fi
 [ "$(id -u)" = 0 ] || { echo "building the trixie root needs root (debootstrap, chroot): run make trixie as root" >&2; exit 1; }
 
 # The mirror apt already uses here (deb822 or one-line sources).
@@ -40,7 +72,7 @@ chroot "$tmp" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$
 chroot "$tmp" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages >>"$tmp.log" 2>&1 ||
 	{ tail -n 20 "$tmp.log" >&2; exit 1; }
 chroot "$tmp" apt-get clean
-chroot "$tmp" /usr/bin/python3 -c 'import torch, numpy, safetensors; print("  torch", torch.__version__, "numpy", numpy.__version__)' 2>&1 | grep torch
+chroot "$tmp" /usr/bin/python3 -c 'import torch, numpy, safetensors, ignite; print("  torch", torch.__version__, "numpy", numpy.__version__, "ignite", ignite.__version__)' 2>&1 | grep torch
 umount "$tmp/proc"
 trap - EXIT
 mv "$tmp" "$root"
