@@ -49,7 +49,7 @@ test: tools
 ## test-r2: the integration suites again, through a proxy that refuses what
 ## Cloudflare R2 refuses (internal/s3proxy), so R2 compatibility is tested
 ## without R2. The test binary fails if the proxy refused any request.
-## The trace replay (4 minutes) is left to make test: it checks the agent's
+## The trace replay is left to make test and make test-traces: it checks the agent's
 ## completion rules, and sends what the save-schedule fuzzer sends.
 R2_SUITES := ./cmd/ferry/ ./internal/s3store/ ./internal/s3test/ ./uploader/ ./restore/ ./agent/ ./internal/verify/ ./internal/copier/ ./internal/peer/
 test-r2: tools
@@ -82,6 +82,14 @@ fuzz-agent: tools
 	FERRY_FUZZ_SEEDS=$(SEEDS) FERRY_FUZZ_FIRST=$(FIRST) FERRY_FUZZ_PARALLEL=$(PARALLEL) FERRY_VERSITYGW=$(VERSITYGW) \
 		$(GO) test -count=1 -timeout 6h -run '^TestSaveScheduleFuzz$$' ./agent/
 
+## test-traces: the trace replay's fixed CI sample (agent
+## TestSaveTraceReplay): 300 schedules drawn with seed 1 from every trace's
+## kill points, gaps and restarts, 32 at once, alone (make test runs 40, 8
+## at once, beside the other packages). About 5 minutes on 2 cores.
+.PHONY: test-traces
+test-traces: tools
+	FERRY_TRACE_SAMPLE=300 FERRY_TRACE_PARALLEL=32 FERRY_VERSITYGW=$(VERSITYGW) $(GO) test -count=1 -timeout 30m -run '^TestSaveTraceReplay$$' ./agent/
+
 ## fuzz-traces: the trace replay in full (agent TestSaveTraceReplay): every
 ## save-order trace (testdata/saveorders/*.trace, FORMAT.md there; and the
 ## replay's samples) killed after each of its operations, at each gap of
@@ -91,7 +99,7 @@ fuzz-agent: tools
 ## spread over 2 and 4 nodes (a watch dir and an agent each, the same
 ## settings, one bucket); CLOCK=-1h,1h adds clock steps; FERRY_TRACE=name,...
 ## in the environment runs only those traces. `go test` runs a fixed sample
-## of 300 on one node (FERRY_TRACE_SAMPLE)
+## of 40 on one node, make test-traces 300 (FERRY_TRACE_SAMPLE)
 GAPS  ?= 0,2s
 NODES ?= 1,2,4
 CLOCK ?=

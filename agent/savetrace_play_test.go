@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/dcprecord/dcprecordtest"
@@ -149,7 +150,15 @@ func (r *traceRun) step(f *fz, s traceStep, held map[string]*heldFile, stamp tim
 			wrote, err = r.other(f, s)
 		}
 	}
-	if err != nil {
+	switch {
+	case err != nil && s.op.Kind == savetrace.Rename && (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)):
+		// The framework's own rename fails as it does for the trainer
+		// (HF 4.36's os.rename of tmp-checkpoint-N onto a checkpoint-N
+		// a re-save of the step finds there): Python raises, and the
+		// job dies at this operation.
+		f.dead = true
+		f.note("  rename %s failed (%v): the framework raises, the job dies here", a[0], err)
+	case err != nil:
 		r.fails = append(r.fails, fmt.Sprintf("%s:%d: %s %s: %v", r.tr.File, s.op.Line, s.op.Kind, strings.Join(a, " "), err))
 	}
 	if wrote != "" && stamp != 0 {

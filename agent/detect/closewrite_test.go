@@ -233,3 +233,46 @@ func TestRunClosedBeforeWatched(t *testing.T) {
 	closeFile(t, f)
 	r.expect(Complete, 300)
 }
+
+// TestResaveInPlaceNotWholeByCloses: HF Trainer <= 4.35 writes each rank's
+// rng_state_R.pth after trainer_state.json with no barrier
+// (testdata/saveorders/hf-trainer-le435.trace). A save of a committed step
+// again, in place, leaves every file closed between two ranks' writes,
+// and the ranks' old RNG files still count toward --expected-ranks: the
+// close-write fast path committed such mixes of two saves as revisions
+// (the trace replay, kill 14 of 14, gap 2 s, the job restarted to save
+// step 200 again). A re-saved step now waits the settle window.
+func TestResaveInPlaceNotWholeByCloses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("close-write detection uses Linux inotify")
+	}
+	dir := t.TempDir()
+	opts := runOpts(dir, "hf")
+	opts.Settle, opts.CloseWrite, opts.ExpectedRanks = time.Hour, true, 2
+	w := newWatcher(t, opts)
+	r := start(t, w)
+	waitEvals(t, w, 1)
+	mkdirs(t, w, dir, "checkpoint-200")
+	save := func(v string, files ...string) {
+		for _, f := range files {
+			closeFile(t, create(t, dir, "checkpoint-200/"+f, v+" "+f))
+		}
+	}
+	save("v1", "model.safetensors", "trainer_state.json", "rng_state_0.pth", "rng_state_1.pth")
+	r.expect(Complete, 200)
+	// The re-save: rank 0's files and its RNG state; rank 1 has not
+	// written its RNG state yet.
+	save("v2", "model.safetensors", "trainer_state.json", "rng_state_0.pth")
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case ev := <-r.events:
+			if ev.Kind == Complete {
+				t.Fatalf("a mix of two saves reported complete: %v", ev.Step.Files)
+			}
+			continue
+		case <-deadline:
+		}
+		break
+	}
+}

@@ -71,7 +71,10 @@ type stepState struct {
 	// settling is set while it is complete by the layout's rules and
 	// waits only for time or closes (a Lost event follows if it vanishes).
 	reported, writing, settling bool
-	step                        Step
+	// resaved is set when the step changed after it was reported
+	// complete: a save of it again, in place.
+	resaved bool
+	step    Step
 	// errMsg is the last Error reported, to report each error once.
 	errMsg string
 }
@@ -156,7 +159,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 				continue
 			}
 			events = append(events, Event{Kind: Deleted, Step: st.step, Err: fmt.Errorf("step %s: %w", st.step.Name(), ErrChanged)})
-			st = &stepState{fp: fp, since: now, bornWatched: true}
+			st = &stepState{fp: fp, since: now, bornWatched: true, resaved: true}
 			w.states[id] = st
 		}
 		if st == nil {
@@ -170,7 +173,7 @@ func (w *Watcher) evaluate(now time.Time, touched map[string]struct{}) (events [
 		if why := w.declared(&c); why != "" && c.Held == "" {
 			c.Held, undeclared = why, true
 		}
-		p, due := w.pendingState(&c, st.since, now)
+		p, due := w.pendingState(&c, st.since, now, st.resaved)
 		if p != nil && undeclared {
 			p.Declared = false // changed since the trainer declared it
 		}
@@ -231,7 +234,7 @@ func (w *Watcher) vanished(seen map[string]bool) []Event {
 // pendingState says why a candidate is not complete yet (nil when it is),
 // given when its files were first seen as they are, and when the settle
 // window that holds it ends (zero: it waits for a change).
-func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, time.Time) {
+func (w *Watcher) pendingState(c *Candidate, since, now time.Time, resaved bool) (*Pending, time.Time) {
 	e := w.engine
 	if why := e.blocked(c); why != "" {
 		e.log.Debug("step pending", zap.String("step", c.id()), zap.String("reason", why))
@@ -258,7 +261,14 @@ func (w *Watcher) pendingState(c *Candidate, since, now time.Time) (*Pending, ti
 		e.warnStuck(c, why)
 		return &p, time.Time{}
 	}
-	if e.fastPath(c) {
+	// A step saved again in place, over files of its earlier save, is
+	// whole by its closes only where a marker written after every file
+	// says so: the ranks' old files still count (HF <= 4.35 rewrites
+	// each rank's rng_state after trainer_state.json, with no barrier:
+	// testdata/saveorders/hf-trainer-le435.trace), so between two ranks'
+	// writes every file is closed and the step is a mix of two saves.
+	// The settle window decides.
+	if e.fastPath(c) && (!resaved || c.ByTrainer || c.Proof == ProofMarker) {
 		if due, closed := w.closedAt(c); closed {
 			if !now.Before(due) {
 				return nil, time.Time{}
