@@ -2,8 +2,10 @@ package detect
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,12 +111,39 @@ func (l *composerLayout) Steps(t *Tree) []Candidate {
 			}
 		}
 	}
+	for i := range folders {
+		composerFolderLinked(&folders[i], latest)
+	}
 	out := folders
 	for b, c := range single {
 		composerSingle(c, b, latest)
 		out = append(out, *c)
 	}
 	return out
+}
+
+// composerFolderLinked holds a sharded folder whose batch no rank's
+// latest link names yet while a link names an earlier one: Composer
+// v0.32.1 repoints global rank 0's latest-rank0.pt at the folder after
+// the DCP save and its barriers (testdata/saveorders/composer-sharded.trace,
+// CheckpointSaver._save_checkpoint), and autoresume takes the batch from
+// it; until then the save has not returned. A rolled-back run pointing
+// the links back is a pointer moving back (PointedBack), as for files.
+// Without any link (the first save, or latest_filename=None) .metadata
+// alone decides.
+func composerFolderLinked(c *Candidate, latest map[int]latestLink) {
+	if !c.Finished || len(latest) == 0 {
+		return
+	}
+	var behind []string
+	for _, r := range slices.Sorted(maps.Keys(latest)) {
+		l := latest[r]
+		if l.batch >= c.Step.Number {
+			return
+		}
+		behind = append(behind, l.path+" still names batch "+strconv.FormatInt(l.batch, 10))
+	}
+	c.Held, c.PointedBack = strings.Join(behind, "; "), true
 }
 
 // latestLink is a rank's latest-rank{R}.pt link: the batch it names and

@@ -55,3 +55,32 @@ func TestComposerShardedRecord(t *testing.T) {
 		t.Fatalf("torn shard: finished %v disagrees %v, waiting %q", c.Finished, c.Disagrees, c.Waiting)
 	}
 }
+
+// TestComposerShardedWaitsForItsLink: Composer v0.32.1 repoints rank 0's
+// latest-rank0.pt at a sharded folder after the DCP save and its barriers
+// (testdata/saveorders/composer-sharded.trace); a folder whose .metadata
+// is written while the link still names an earlier batch is a save that
+// has not returned (the trace replay, killed between .metadata and the
+// link, found batch 200 committed). Once the link names it, it is
+// complete; without any link, .metadata alone decides.
+func TestComposerShardedWaitsForItsLink(t *testing.T) {
+	dir := t.TempDir()
+	copyRecord(t, "world2", dir, "ep0-ba100")
+	copyRecord(t, "world2", dir, "ep0-ba200")
+	c := candidates(t, Options{Dir: dir, Layout: "composer"})[200]
+	if !c.Finished || c.Held != "" {
+		t.Fatalf("no link at all: finished %v held %q (%s)", c.Finished, c.Held, c.Waiting)
+	}
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba100")
+	c = candidates(t, Options{Dir: dir, Layout: "composer"})[200]
+	if c.Held != "latest-rank0.pt still names batch 100" {
+		t.Fatalf("link naming batch 100: finished %v held %q", c.Finished, c.Held)
+	}
+	if err := os.Remove(filepath.Join(dir, "latest-rank0.pt")); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, dir, "latest-rank0.pt", "ep0-ba200")
+	if c := candidates(t, Options{Dir: dir, Layout: "composer"})[200]; !c.Finished || c.Held != "" {
+		t.Fatalf("link naming batch 200: finished %v held %q (%s)", c.Finished, c.Held, c.Waiting)
+	}
+}
