@@ -146,8 +146,8 @@ func traceSchedules(t *testing.T, traces []*savetrace.Trace) ([]traceSchedule, i
 					}
 					for _, c := range clocks {
 						for _, n := range nodes {
-							if n > 1 && (tr.Ranks < n || tr.Layout == "single") {
-								continue // a job of fewer ranks than nodes, or one file
+							if n > 1 && (tr.Ranks < n || tr.Layout == "single" || sharedFolder(tr) != "") {
+								continue // fewer ranks than nodes, one file, or a shared filesystem
 							}
 							out = append(out, traceSchedule{tr: tr, kill: k, ops: ops, gap: g, next: r == "next", clock: c, nodes: n})
 						}
@@ -200,6 +200,11 @@ func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
 	l := r.layout()
 	msg := runAgainstNodes(t, srv, f, l, r.dirs, func(k int, o *detect.Options) {
 		traceOptions(s.tr, o)
+		if s.nodes > 1 && o.ExpectedRanks > 0 {
+			// --expected-ranks counts a node's ranks: the same on every
+			// node of a job with as many ranks on each.
+			o.ExpectedRanks = max(1, o.ExpectedRanks/s.nodes)
+		}
 		// As ferry agent does with the same settings on every node
 		// (cmd/ferry agent_marker.go): nodes other than 0 of a layout
 		// whose marker rank 0 writes detect without it.
@@ -216,6 +221,25 @@ func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
 			_ = os.CopyFS(d+"/"+strings.ReplaceAll(s.String(), "/", "_"), os.DirFS(f.dir))
 		}
 	}
+}
+
+// sharedFolder returns a folder one rank renames after other ranks wrote
+// into it ("" if none): such a save needs every rank's files in one
+// filesystem (OLMo's <dir>-tmp renamed by rank 0), so the trace is not
+// spread over nodes with a watch dir each.
+func sharedFolder(tr *savetrace.Trace) string {
+	for _, op := range tr.Ops {
+		if op.Kind != savetrace.Rename || op.Who.All {
+			continue
+		}
+		for _, w := range tr.Ops {
+			if !w.Who.All && (w.Who.Each || w.Who.Rank != op.Who.Rank) && len(w.Args) > 0 &&
+				w.Kind != savetrace.Symlink && strings.HasPrefix(w.Args[0], op.Args[0]+"/") {
+				return op.Args[0]
+			}
+		}
+	}
+	return ""
 }
 
 // rankZeroMarker are the layouts whose marker only global rank 0's node

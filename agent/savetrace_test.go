@@ -307,3 +307,23 @@ func fileOps(seq []traceStep) int {
 	}
 	return n
 }
+
+// TestTraceSharedFolder: a save whose rank renames a folder the other
+// ranks wrote into is not spread over nodes; one renaming its own files
+// (DCP's .metadata.tmp) is.
+func TestTraceSharedFolder(t *testing.T) {
+	head := "trace: 1\nframework: x\nversions: x\nsource: a/b@v1\nlayout: dcp\nranks: 2\nstep: step{step}\ncite a.py f\n"
+	for body, want := range map[string]string{
+		"r* write step{step}-tmp/__{rank}_0.distcp 1\nall barrier\nr0 rename step{step}-tmp step{step}\nall complete\n":                                         "step{step}-tmp",
+		"r* write step{step}/__{rank}_0.distcp 1\nr0 write step{step}/.metadata.tmp 1\nr0 rename step{step}/.metadata.tmp step{step}/.metadata\nall complete\n": "",
+		"r1 write step{step}-tmp/a 1\nr1 rename step{step}-tmp step{step}\nall complete\n":                                                                      "",
+	} {
+		tr, err := savetrace.Parse("t.trace", []byte(head+body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sharedFolder(tr); got != want {
+			t.Errorf("%q: shared folder %q, want %q", body, got, want)
+		}
+	}
+}
