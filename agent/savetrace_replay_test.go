@@ -245,7 +245,7 @@ func sharedFolder(tr *savetrace.Trace) string {
 
 // rankZeroMarker are the layouts whose marker only global rank 0's node
 // sees (cmd/ferry agent_marker.go).
-var rankZeroMarker = map[string]bool{"dcp": true, "deepspeed": true, "megatron": true, "hf": true}
+var rankZeroMarker = map[string]bool{"dcp": true, "deepspeed": true, "megatron": true, "hf": true, "composer": true}
 
 // traceSaveGap is the least time between two saves of the job: training
 // steps, or a restart, come between them. Saves closer than the agent's

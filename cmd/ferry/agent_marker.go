@@ -4,9 +4,11 @@ import "go.uber.org/zap"
 
 // rankZeroMarker holds the layouts whose completion marker only global
 // rank 0 writes (DCP's .metadata, DeepSpeed's latest, Megatron's tracker,
-// HF's trainer_state.json): on a node of a multi-node job saving to local
-// disks that does not hold rank 0, it never appears.
-var rankZeroMarker = map[string]bool{"dcp": true, "deepspeed": true, "megatron": true, "hf": true}
+// HF's trainer_state.json, a Composer sharded folder's .metadata and
+// rank 0's latest-rank0.pt link, composer v0.32.1 CheckpointSaver): on a
+// node of a multi-node job saving to local disks that does not hold rank
+// 0, it never appears.
+var rankZeroMarker = map[string]bool{"dcp": true, "deepspeed": true, "megatron": true, "hf": true, "composer": true}
 
 const (
 	markerApplied = "applied"
@@ -42,6 +44,6 @@ func (o agentOptions) logNodeMarker(log *zap.Logger) {
 			log.Warn("set --expected-ranks to the number of ranks saving on this node: without it a step is complete here once its files are quiet for --settle, and a rank that has not created its file yet is not waited for", node)
 		}
 	case markerAuto:
-		log.Warn("--layout auto on a node other than 0: the dcp, deepspeed, megatron and hf layouts' markers are written on rank 0's node only, so their steps never complete here; set --layout (the agent then detects without the marker) or --no-marker", node)
+		log.Warn("--layout auto on a node other than 0: the dcp, deepspeed, megatron, hf and composer layouts' markers are written on rank 0's node only, so their steps never complete here; set --layout (the agent then detects without the marker) or --no-marker", node)
 	}
 }
