@@ -66,6 +66,9 @@ type fz struct {
 	keep int
 	// history is the schedule as run, for a failure's report.
 	history []string
+	// torchSave says which other names are torch.save archives (a
+	// trace's torch-save header); nil: by suffix alone.
+	torchSave func(rel string) bool
 }
 
 func (f *fz) note(format string, args ...any) {
@@ -97,7 +100,8 @@ func (f *fz) content(rel string, size int) []byte {
 		header, _ := json.Marshal(map[string]any{"w": map[string]any{"dtype": "U8", "shape": []int{size}, "data_offsets": []int{0, size}}})
 		out := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
 		return append(append(out, header...), raw...)
-	case strings.HasSuffix(rel, ".pt"), strings.HasSuffix(rel, ".pth"), strings.HasSuffix(rel, ".tar"), strings.HasSuffix(rel, ".ckpt"):
+	case strings.HasSuffix(rel, ".pt"), strings.HasSuffix(rel, ".pth"), strings.HasSuffix(rel, ".tar"), strings.HasSuffix(rel, ".ckpt"),
+		f.torchSave != nil && f.torchSave(rel):
 		var buf bytes.Buffer
 		z := zip.NewWriter(&buf)
 		w, _ := z.CreateHeader(&zip.FileHeader{Name: "archive/data/0", Method: zip.Store})

@@ -51,8 +51,16 @@ func (r *traceRun) save(f *fz, n int64) {
 	done := 0
 	for _, s := range seq {
 		if s.sync() {
-			if s.op.Kind == savetrace.Complete && !f.dead {
+			switch {
+			case f.dead:
+			case s.op.Kind == savetrace.Complete:
 				r.completed(f, l, key, n)
+			case s.op.Kind == savetrace.RaiseIfExists && r.exists(f, s.actor, s.args[0]):
+				// Accelerate's save_state refuses a checkpoint folder that
+				// exists (a killed save of the step left it): Python
+				// raises, and the job dies here.
+				f.dead = true
+				f.note("  %s exists: the framework raises, the job dies here", s.args[0])
 			}
 			continue
 		}
@@ -165,6 +173,12 @@ func (r *traceRun) step(f *fz, s traceStep, held map[string]*heldFile, stamp tim
 		at := time.Now().Add(stamp)
 		_ = os.Chtimes(r.abs(f, s.actor, wrote), at, at)
 	}
+}
+
+// exists reports whether rel is there for actor, as os.path.exists sees it.
+func (r *traceRun) exists(f *fz, actor, rel string) bool {
+	_, err := os.Stat(r.abs(f, actor, rel))
+	return err == nil
 }
 
 // write is torch.save's open(O_TRUNC), write, close; killed, a prefix.

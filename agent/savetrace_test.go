@@ -214,7 +214,7 @@ type traceStep struct {
 }
 
 func (s traceStep) sync() bool {
-	return s.op.Kind == savetrace.Barrier || s.op.Kind == savetrace.Complete
+	return s.op.Kind == savetrace.Barrier || s.op.Kind == savetrace.Complete || s.op.Kind == savetrace.RaiseIfExists
 }
 
 // maxTraceSize caps a write: the agent's rules do not depend on sizes,

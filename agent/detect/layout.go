@@ -249,6 +249,7 @@ var (
 	rankDistcp  = regexp.MustCompile(`^__(\d+)_\d+\.distcp$`)
 	rankZero    = regexp.MustCompile(`zero_pp_rank_(\d+)_mp_rank_(\d+)`)
 	rankRNG     = regexp.MustCompile(`^rng_state_(\d+)\.pth$`)
+	rankAccRNG  = regexp.MustCompile(`^random_states_(\d+)\.pkl$`)
 	rankPlain   = regexp.MustCompile(`(?:^|[-_.])rank(\d+)(?:[-_.]|$)`)
 	rankMegaDir = regexp.MustCompile(`^mp_rank_(\d+)$`)
 )
@@ -261,6 +262,9 @@ var (
 //     is without model parallelism; otherwise nil, since the global rank
 //     depends on the topology, which the names do not give.
 //   - "rng_state_{R}.pth" (Hugging Face, several processes): R.
+//   - "random_states_{R}.pkl" (Accelerate's save_state: every process
+//     writes its own, R its process index, rank 0 after its model,
+//     optimizer and scheduler files): R.
 //   - "rank{R}" as a name element ("ep0-ba100-rank3.pt"): R.
 //   - a folder "mp_rank_{T}" (Megatron, tensor parallelism only): T.
 //     "mp_rank_{T}_{P}" (with pipeline stages) and DeepSpeed's
@@ -279,6 +283,9 @@ func RankOf(relPath string) *int {
 		return nil
 	}
 	if m := rankRNG.FindStringSubmatch(base); m != nil {
+		return atoiRank(m[1])
+	}
+	if m := rankAccRNG.FindStringSubmatch(base); m != nil {
 		return atoiRank(m[1])
 	}
 	if m := rankPlain.FindStringSubmatch(base); m != nil {

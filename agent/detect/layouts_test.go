@@ -149,6 +149,7 @@ func TestRankOf(t *testing.T) {
 		"bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt": 2,
 		"ckpt/rng_state_7.pth":                           7,
 		"iter_0000100/mp_rank_03/model_optim_rng.pt":     3,
+		"checkpoint_4/random_states_6.pkl":               6,
 	}
 	for p, want := range tests {
 		if got := RankOf(p); got == nil || *got != want {
@@ -160,6 +161,7 @@ func TestRankOf(t *testing.T) {
 		"zero_pp_rank_1_mp_rank_01_optim_states.pt",
 		"iter_0000100/mp_rank_00_001/model_optim_rng.pt",
 		"checkpoint-5/rng_state.pth",
+		"checkpoint_4/random_states.pkl", "random_states_1.pt",
 		".metadata", "latest", "frank3.pt",
 	} {
 		if got := RankOf(p); got != nil {

@@ -2,6 +2,7 @@ package savetrace
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 var headerKeys = map[string]bool{
 	"trace": true, "framework": true, "versions": true, "source": true,
 	"layout": true, "flags": false, "ranks": true, "step": true, "keep": false,
+	"torch-save": false,
 }
 
 // requiredOrder is the order missing keys are named in.
@@ -35,7 +37,7 @@ func (p *parser) headerLine(line string) error {
 	key, value, _ := strings.Cut(line, ":")
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 	if _, ok := headerKeys[key]; !ok {
-		return p.errf("unknown header key %q (known: trace, framework, versions, source, layout, flags, ranks, step, keep)", key)
+		return p.errf("unknown header key %q (known: trace, framework, versions, source, layout, flags, ranks, step, keep, torch-save)", key)
 	}
 	if _, dup := p.header[key]; dup {
 		return p.errf("header key %q given twice (first on line %d)", key, p.keyLine[key])
@@ -87,6 +89,13 @@ func (p *parser) headerValue(key, value string) error {
 			return err
 		}
 		t.Step = value
+	case "torch-save":
+		for _, g := range strings.Fields(value) {
+			if _, err := path.Match(g, ""); err != nil || strings.Contains(g, "/") {
+				return p.errf("torch-save: %q is not a file name pattern (path.Match, no /)", g)
+			}
+			t.TorchSave = append(t.TorchSave, g)
+		}
 	case "keep":
 		t.Keep, err = strconv.Atoi(value)
 		if err != nil || t.Keep < 1 {

@@ -25,6 +25,9 @@ const (
 	Symlink     Kind = "symlink"
 	Barrier     Kind = "barrier"
 	Complete    Kind = "complete"
+	// RaiseIfExists is a framework's check that refuses to save over an
+	// existing path: the job raises and dies there if the path exists.
+	RaiseIfExists Kind = "raise-if-exists"
 )
 
 // opSpec is an operation's shape: its arguments (p a path, o an optional
@@ -39,10 +42,10 @@ var ops = map[Kind]opSpec{
 	Mkdir: {args: "p"}, Write: {args: "ps"}, Create: {args: "p"}, Append: {args: "ps"},
 	Close: {args: "p"}, Text: {args: "pc"}, DCPMetadata: {args: "po"}, HFIndex: {args: "po"},
 	Rename: {args: "pp"}, Remove: {args: "p"}, Rmtree: {args: "p"}, Symlink: {args: "tp"},
-	Barrier: {all: true}, Complete: {all: true},
+	Barrier: {all: true}, Complete: {all: true}, RaiseIfExists: {args: "p"},
 }
 
-var opNames = "mkdir, write, create, append, close, text, dcp-metadata, hf-index, rename, remove, rmtree, symlink, barrier, complete"
+var opNames = "mkdir, write, create, append, close, text, dcp-metadata, hf-index, rename, remove, rmtree, symlink, barrier, complete, raise-if-exists"
 
 var whoRE = regexp.MustCompile(`^(?:all|r(\*|[0-9]+))(?:/([a-z][a-z0-9_-]*))?$`)
 
@@ -159,6 +162,7 @@ func usage(k Kind) string {
 		Mkdir: "<dir>", Write: "<path> <size>", Create: "<path>", Append: "<path> <size>", Close: "<path>",
 		Text: "<path> <content...>", DCPMetadata: "<dir> [<file>]", HFIndex: "<dir> [<file>]", Rename: "<old> <new>",
 		Remove: "<path>", Rmtree: "<dir>", Symlink: "<target> <link>", Barrier: "none", Complete: "none",
+		RaiseIfExists: "<path>",
 	}[k]
 }
 

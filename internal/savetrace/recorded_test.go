@@ -214,6 +214,8 @@ func outPath(k Kind, args []string) string {
 // whether it makes a system call (a remove of a missing file does not).
 func apply(k Kind, args []string, fs map[string]bool) bool {
 	switch k {
+	case RaiseIfExists:
+		return false // a check, no file operation
 	case Remove:
 		if !fs[args[0]] {
 			return false

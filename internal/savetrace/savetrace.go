@@ -40,6 +40,11 @@ type Trace struct {
 	Step string
 	// Keep is the rotation's limit (0: the trace does not rotate).
 	Keep int
+	// TorchSave are base-name patterns (path.Match) of files the
+	// framework writes with torch.save (a zip archive) under names that
+	// do not say so (Accelerate's optimizer.bin, random_states_0.pkl):
+	// the replay writes them as zip archives, as it does .pt and .pth.
+	TorchSave []string
 	// Ops are the operations in the order written.
 	Ops []Op
 }
@@ -195,4 +200,16 @@ func (p *parser) parseLine(raw string) error {
 		p.inOps = true
 	}
 	return p.opLine(line)
+}
+
+// WrittenByTorchSave reports whether the trace names rel's base name among
+// the files its framework writes with torch.save (its torch-save header).
+func (t *Trace) WrittenByTorchSave(rel string) bool {
+	base := filepath.Base(rel)
+	for _, g := range t.TorchSave {
+		if ok, _ := filepath.Match(g, base); ok {
+			return true
+		}
+	}
+	return false
 }

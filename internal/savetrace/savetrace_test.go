@@ -142,6 +142,9 @@ func TestParseErrors(t *testing.T) {
 		{"tmp in text", header + "cite a.py f\nr0 text a {tmp}\n", "{tmp} begins a path"},
 		{"rank width", header + "cite a.py f\nr0 write a{rank:02d} 1\n", "t.trace:9: {rank:02d}: only {step} and {prevN} take a width"},
 		{"rank placeholder in all", header + "keep: 1\n" + ops, ""},
+		{"torch-save", header + "torch-save: *.bin random_states_*.pkl\n" + ops, ""},
+		{"torch-save bad pattern", header + "torch-save: [.bin\n" + ops, "t.trace:8: torch-save: \"[.bin\" is not a file name pattern"},
+		{"torch-save path", header + "torch-save: a/*.bin\n" + ops, "t.trace:8: torch-save: \"a/*.bin\" is not a file name pattern"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("dir/t.trace", []byte(c.src))
@@ -155,5 +158,17 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("error %v, want one starting dir/t.trace: holding %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestWrittenByTorchSave(t *testing.T) {
+	tr := &Trace{TorchSave: []string{"*.bin", "random_states_*.pkl"}}
+	for rel, want := range map[string]bool{
+		"checkpoint_3/optimizer.bin": true, "checkpoint_3/random_states_1.pkl": true,
+		"checkpoint_3/model.safetensors": false, "checkpoint_3/custom_checkpoint_0.pkl": false,
+	} {
+		if got := tr.WrittenByTorchSave(rel); got != want {
+			t.Errorf("WrittenByTorchSave(%q) = %v, want %v", rel, got, want)
+		}
 	}
 }
