@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ type fz struct {
 	// torchSave says which other names are torch.save archives (a
 	// trace's torch-save header); nil: by suffix alone.
 	torchSave func(rel string) bool
+	// dsWorld is the data- and model-parallel world sizes DeepSpeed's
+	// model states record (a trace's deepspeed-world header; 0: none).
+	dsWorld [2]int
 }
 
 func (f *fz) note(format string, args ...any) {
@@ -96,6 +100,8 @@ func (f *fz) content(rel string, size int) []byte {
 	raw := make([]byte, size)
 	f.rng.Read(raw)
 	switch {
+	case f.dsWorld[0] > 0 && dsModelStates.MatchString(rel):
+		return torchSaveArchive(dsRecordPickle(f.dsWorld[0], f.dsWorld[1]), raw)
 	case strings.HasSuffix(rel, ".safetensors"):
 		header, _ := json.Marshal(map[string]any{"w": map[string]any{"dtype": "U8", "shape": []int{size}, "data_offsets": []int{0, size}}})
 		out := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
@@ -110,6 +116,44 @@ func (f *fz) content(rel string, size int) []byte {
 		return buf.Bytes()
 	}
 	return raw
+}
+
+// dsModelStates matches DeepSpeed's model states files (engine.py
+// _get_ckpt_name: "mp_rank_{mp:02d}_model_states.pt", under ZeRO-3 with
+// "zero_pp_rank_{dp}_" before it), not pipeline layers' files.
+var dsModelStates = regexp.MustCompile(`(^|/)(zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$`)
+
+// dsRecordPickle is a pickle (protocol 2, as torch.save writes) of the
+// part of DeepSpeed's checkpoint state dict the agent reads.
+func dsRecordPickle(dp, mp int) []byte {
+	out := []byte{0x80, 2, '}', 'q', 0, '('}
+	for i, kv := range []struct {
+		k string
+		v int
+	}{{"dp_world_size", dp}, {"mp_world_size", mp}} {
+		out = append(out, 'X')
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(kv.k)))
+		out = append(out, kv.k...)
+		out = append(out, 'q', byte(i+1), 'M')
+		out = binary.LittleEndian.AppendUint16(out, uint16(kv.v))
+	}
+	return append(out, 'u', '.')
+}
+
+// torchSaveArchive lays out a torch.save zip archive: the pickle as
+// archive/data.pkl and the storage bytes as archive/data/0.
+func torchSaveArchive(pkl, storage []byte) []byte {
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	for _, m := range []struct {
+		name string
+		data []byte
+	}{{"archive/data.pkl", pkl}, {"archive/data/0", storage}, {"archive/version", []byte("3\n")}} {
+		w, _ := z.CreateHeader(&zip.FileHeader{Name: m.name, Method: zip.Store})
+		_, _ = w.Write(m.data)
+	}
+	_ = z.Close()
+	return buf.Bytes()
 }
 
 // write writes a file in chunks with pauses, in place (O_TRUNC), as

@@ -194,6 +194,7 @@ func envDurations(t *testing.T, name, def string) []time.Duration {
 func runTraceSchedule(t *testing.T, srv *s3test.Server, s traceSchedule) {
 	f := newFz(s.seed(), t.TempDir())
 	f.torchSave = s.tr.WrittenByTorchSave
+	f.dsWorld = [2]int{s.tr.DeepSpeedDP, s.tr.DeepSpeedMP}
 	r := newTraceRun(s.tr, s.gap)
 	r.dirs = []string{f.dir}
 	for len(r.dirs) < s.nodes {
@@ -292,16 +293,13 @@ func (s traceSchedule) play(f *fz, r *traceRun, l fuzzLayout) {
 // play them and fail. Each entry says what fails.
 var openFindings = map[string]string{
 	// Failing schedules of FERRY_TRACE_MODE=all, gaps 0 and 2 s, one node,
-	// the job restarted to save the next step (deepspeed-zero3: the same).
+	// the job restarted to save the next step.
 	"nemo2": "a NeMo step is proven by the settle window (context/ lies outside the DCP folder); " +
 		"with saves 0.5 s apart the rotation deletes default--step=N before it settles and the -last copy is committed alone (38 schedules)",
 	"lightning-deepspeed": "no layout reads Lightning's DeepSpeed .ckpt folder (latest inside it names the tag 'checkpoint'): " +
 		"under flat the settle window commits a save killed halfway (10)",
 	"composer-sharded": "killed after its ranks removed their latest links and before rank 0 links the new folder, " +
 		"no link names any batch and .metadata alone commits it (10)",
-	"deepspeed-zero-bf16": "a save killed before every rank's bf16_ optimizer file is committed without them; the replay writes no real model states, " +
-		"so the record check (dp_world_size, dsrecord) does not run here: to be analysed (3)",
-	"deepspeed-zero3": "a re-save of the same step killed halfway is committed without one rank's files: to be analysed (1)",
 	"composer": "killed after rank 0 removed its latest link and before it links the new file, no link names any batch " +
 		"and the settle window commits the file (3, before complete moved to the link)",
 	"hf-trainer-ge436": "from an unidentified 2025 trainer.py: rank 0's trainer_state.json before other ranks' RNG states (2)",

@@ -13,7 +13,7 @@ import (
 var headerKeys = map[string]bool{
 	"trace": true, "framework": true, "versions": true, "source": true,
 	"layout": true, "flags": false, "ranks": true, "step": true, "keep": false,
-	"torch-save": false,
+	"torch-save": false, "deepspeed-world": false,
 }
 
 // requiredOrder is the order missing keys are named in.
@@ -37,7 +37,7 @@ func (p *parser) headerLine(line string) error {
 	key, value, _ := strings.Cut(line, ":")
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 	if _, ok := headerKeys[key]; !ok {
-		return p.errf("unknown header key %q (known: trace, framework, versions, source, layout, flags, ranks, step, keep, torch-save)", key)
+		return p.errf("unknown header key %q (known: trace, framework, versions, source, layout, flags, ranks, step, keep, torch-save, deepspeed-world)", key)
 	}
 	if _, dup := p.header[key]; dup {
 		return p.errf("header key %q given twice (first on line %d)", key, p.keyLine[key])
@@ -95,6 +95,11 @@ func (p *parser) headerValue(key, value string) error {
 				return p.errf("torch-save: %q is not a file name pattern (path.Match, no /)", g)
 			}
 			t.TorchSave = append(t.TorchSave, g)
+		}
+	case "deepspeed-world":
+		if _, err := fmt.Sscanf(value, "dp=%d mp=%d", &t.DeepSpeedDP, &t.DeepSpeedMP); err != nil ||
+			t.DeepSpeedDP < 1 || t.DeepSpeedMP < 1 || fmt.Sprintf("dp=%d mp=%d", t.DeepSpeedDP, t.DeepSpeedMP) != value {
+			return p.errf("deepspeed-world: %q: want dp=<data-parallel world size> mp=<model-parallel world size>", value)
 		}
 	case "keep":
 		t.Keep, err = strconv.Atoi(value)

@@ -45,6 +45,12 @@ type Trace struct {
 	// do not say so (Accelerate's optimizer.bin, random_states_0.pkl):
 	// the replay writes them as zip archives, as it does .pt and .pth.
 	TorchSave []string
+	// DeepSpeedDP and DeepSpeedMP are the world sizes DeepSpeed records
+	// in each model states file of the example (deepspeed-world header;
+	// 0: none): the replay writes its model states as torch.save
+	// archives holding them, so the agent reads the record as on a real
+	// run.
+	DeepSpeedDP, DeepSpeedMP int
 	// Ops are the operations in the order written.
 	Ops []Op
 }
