@@ -302,7 +302,6 @@ var openFindings = map[string]string{
 		"no link names any batch and .metadata alone commits it (10)",
 	"composer": "killed after rank 0 removed its latest link and before it links the new file, no link names any batch " +
 		"and the settle window commits the file (3, before complete moved to the link)",
-	"hf-trainer-ge436": "from an unidentified 2025 trainer.py: rank 0's trainer_state.json before other ranks' RNG states (2)",
 }
 
 // withoutOpenFindings drops the schedules of openFindings' traces unless

@@ -219,6 +219,32 @@ func TestTornReason(t *testing.T) {
 			t.Errorf("safetensors cut at %d of %d: not torn", cut, len(full))
 		}
 	}
+	// JSON: one whole document, or torn; empty is torn too.
+	doc := []byte(`{"global_step": 200, "log_history": [{"loss": 1.5}, {"loss": 1.25}]}`)
+	for _, cut := range []int{0, 1, len(doc) / 2, len(doc) - 1} {
+		want := "not one whole JSON document"
+		if cut == 0 {
+			want = "it is empty"
+		}
+		if err := os.WriteFile(filepath.Join(dir, "trainer_state.json"), doc[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if why := tornReason(tr, "trainer_state.json"); !strings.Contains(why, want) {
+			t.Errorf("JSON cut at %d of %d: %q, want %q", cut, len(doc), why, want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "trainer_state.json"), append(doc, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if why := tornReason(tr, "trainer_state.json"); why != "" {
+		t.Errorf("a whole JSON document is torn: %s", why)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.json"), []byte("not json at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if why := tornReason(tr, "notes.json"); why != "" {
+		t.Errorf("a .json file that is no JSON object or array: %q, want no claim", why)
+	}
 	// A DCP shard begins with a zip archive but is not one: no claim.
 	if err := os.WriteFile(filepath.Join(dir, "__0_0.distcp"), append(whole[:len(whole)/2:len(whole)/2], "raw storage"...), 0o644); err != nil {
 		t.Fatal(err)

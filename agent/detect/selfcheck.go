@@ -25,6 +25,12 @@ import (
 //   - safetensors starts with the length of a JSON header that gives every
 //     tensor's byte range: a complete file ends exactly where the last
 //     range ends.
+//   - A "*.json" file (HF's trainer_state.json, a safetensors index,
+//     Megatron's metadata.json, NeMo's context) is one JSON object or
+//     array, which json.dump writes front to back: an empty one, or one
+//     that starts as an object or array and does not parse whole, is cut
+//     short (up to maxJSONCheck bytes; larger ones, and other contents,
+//     make no claim).
 //
 // A step holding a torn file waits, whatever its marker says (a marker
 // left from an earlier save, or a DeepSpeed rank killed after rank 0
@@ -42,6 +48,9 @@ const (
 	// maxSafetensorsHeader bounds the header read: real headers are
 	// kilobytes to a few megabytes.
 	maxSafetensorsHeader = 64 << 20
+	// maxJSONCheck bounds the JSON documents parsed whole: a trainer state
+	// with a long log history is a few megabytes.
+	maxJSONCheck = 64 << 20
 )
 
 // torchName matches the names of files torch.save and safetensors write.
@@ -58,6 +67,9 @@ func tornReason(t *Tree, rel string) string {
 	}
 	defer f.Close()
 	name, size := rel, st.Size
+	if strings.HasSuffix(name, ".json") {
+		return jsonTorn(f, size)
+	}
 	head := make([]byte, 8)
 	if n, _ := io.ReadFull(f, head); n < len(head) {
 		switch {
@@ -79,6 +91,26 @@ func tornReason(t *Tree, rel string) string {
 		return zipTorn(f, size)
 	case strings.HasSuffix(name, ".safetensors"):
 		return safetensorsTorn(f, size, binary.LittleEndian.Uint64(head))
+	}
+	return ""
+}
+
+// jsonTorn checks that a JSON file holds one whole JSON document.
+func jsonTorn(f *os.File, size int64) string {
+	if size > maxJSONCheck {
+		return ""
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return ""
+	}
+	if size == 0 {
+		return "it is empty (json.dump writes at least {} or []): its writer truncated it and wrote nothing"
+	}
+	// Only what starts as a JSON object or array makes a claim: json.dump
+	// of a dict or list, what frameworks write.
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') && !json.Valid(data) {
+		return "it is not one whole JSON document (cut short: json.dump writes front to back)"
 	}
 	return ""
 }
