@@ -176,6 +176,7 @@ func New(opts Options) (*Agent, error) {
 	a.counter = a.lastCommitted() + 1
 	dopts := opts.Detect
 	dopts.Logger = opts.Logger
+	dopts.Linked = dopts.Linked || j.linked()
 	dopts.ReportWriting = opts.Pipeline
 	if opts.Pipeline {
 		a.pipe = newPipeline(pipelineConfig{dest: a.destination(), upload: opts.Upload, progress: earlyProgress{t: &a.traffic}, log: a.log})

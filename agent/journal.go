@@ -41,6 +41,11 @@ type journal struct {
 type journalData struct {
 	Version   int              `json:"version"`
 	Committed []committedEntry `json:"committed"`
+	// Linked is set once the watcher saw Composer's latest-rank links in
+	// the watch dir (detect.Options.Linked): after a restart a save
+	// killed between removing its links and linking the new checkpoint
+	// leaves no link, and only this says the checkpoints were linked.
+	Linked bool `json:"linked,omitempty"`
 }
 
 // committedEntry records a committed step and its local files as they were
@@ -148,6 +153,21 @@ func (j *journal) add(e committedEntry) error {
 		}
 		d.Committed = out
 	})
+}
+
+// linked reports whether the watch dir's checkpoints were seen linked.
+func (j *journal) linked() (linked bool) {
+	j.f.View(func(d *journalData) { linked = d.Linked })
+	return linked
+}
+
+// noteLinked records that the watch dir's checkpoints are linked; it
+// writes the journal only the first time.
+func (j *journal) noteLinked() error {
+	if j.linked() {
+		return nil
+	}
+	return j.update(func(d *journalData) { d.Linked = true })
 }
 
 // entries returns a copy of the committed entries, oldest first.

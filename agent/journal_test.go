@@ -98,3 +98,31 @@ func TestJournalAheadPersists(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalKeepsLinked: once the watcher has seen Composer's
+// latest-rank links, the journal says so, and an agent started again on
+// the state dir tells its watcher (detect.Options.Linked): a save killed
+// between removing its links and linking the new checkpoint, found at
+// start with no link at all, is then held rather than committed by the
+// settle window.
+func TestJournalKeepsLinked(t *testing.T) {
+	base, watch := t.TempDir(), t.TempDir()
+	stateDir := AgentStateDir(base, Identity{Destination: "s3://b/p", Watch: watch})
+	a, err := newTrustAgent(t, stateDir, watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.watcher.Linked() || a.journal.linked() {
+		t.Fatal("a fresh state dir says the checkpoints are linked")
+	}
+	if err := a.journal.noteLinked(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := newTrustAgent(t, stateDir, watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.watcher.Linked() {
+		t.Fatal("restarted on a journal that recorded links: the watcher does not know the checkpoints are linked")
+	}
+}

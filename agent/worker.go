@@ -345,6 +345,11 @@ func (a *Agent) recordCommitted(ctx context.Context, e *entry, res uploader.Push
 		// restart the bucket listing still marks it done.
 		a.log.Error("could not record the committed step in the journal", zap.Int64("step", n), zap.Error(err))
 	}
+	if a.watcher.Linked() {
+		if err := a.journal.noteLinked(); err != nil {
+			a.log.Error("could not record in the journal that the checkpoints are linked", zap.Error(err))
+		}
+	}
 	a.releasePassed(n, ahead)
 	ttd := now.Sub(e.lastWrite())
 	if !res.Pending {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,7 +32,9 @@ import (
 //     links at an earlier batch takes nothing from it). With
 //     Options.ExpectedRanks that many
 //     finished ranks prove the step (ProofRanks); without links (the first
-//     save, or latest disabled) only the settle window decides. A link
+//     save, or latest disabled) only the settle window decides. Once a
+//     link was seen (Options.Linked across restarts), no link at all
+//     holds every step the links did not declare (composerUnlinked). A link
 //     naming a file of the batch that is not there holds the step
 //     (linkedMissing); a sharded folder's .metadata is DCP's record.
 //   - Pointers: single-file steps get Symlinks "latest-rank{R}.pt" ->
@@ -42,6 +45,9 @@ import (
 type composerLayout struct {
 	// rec reads sharded folders' .metadata (dcprecord.go).
 	rec dcpRecords
+	// linked is set once a latest-rank link was seen in the root, or
+	// Options.Linked said one was before a restart (composerUnlinked).
+	linked *atomic.Bool
 }
 
 var (
@@ -74,6 +80,7 @@ func (l *composerLayout) Steps(t *Tree) []Candidate {
 		switch {
 		case e.IsSymlink():
 			if m := composerLatest.FindStringSubmatch(name); m != nil {
+				l.linked.Store(true)
 				if b, ok := composerBatch(path.Base(e.Target)); ok {
 					r, _ := strconv.Atoi(m[1])
 					latest[r] = latestLink{batch: b, path: e.Path, target: path.Base(e.Target), modTime: e.ModTime}
@@ -111,15 +118,39 @@ func (l *composerLayout) Steps(t *Tree) []Candidate {
 			}
 		}
 	}
+	linked := l.linked.Load()
 	for i := range folders {
-		composerFolderLinked(&folders[i], latest)
+		composerFolderLinked(&folders[i], latest, linked)
 	}
 	out := folders
 	for b, c := range single {
-		composerSingle(c, b, latest)
+		composerSingle(c, b, latest, linked)
 		out = append(out, *c)
 	}
 	return out
+}
+
+// composerUnlinked holds a finished step of batch b while no latest-rank
+// link is in the root at all but the folder's checkpoints are linked
+// (a link was seen before, in this run or, through the agent's journal,
+// an earlier one): Composer v0.32.1 repoints a link by os.remove and then
+// os.symlink (CheckpointSaver._save_checkpoint, after the save and its
+// barrier), so a save killed between the two leaves no link, and a
+// checkpoint no link names is one whose save never returned
+// (testdata/saveorders/composer.trace, composer-sharded.trace). A folder
+// never linked (save_latest_filename=None) keeps the marker's and the
+// settle window's rules.
+func composerUnlinked(c *Candidate, b int64, latest map[int]latestLink, linked bool) bool {
+	if !c.Finished || !linked || len(latest) > 0 || c.Held != "" {
+		return false
+	}
+	c.Held = fmt.Sprintf("no latest-rank link names batch %d or a later one, and this folder's checkpoints are linked: "+
+		"Composer removes its links and then links the new checkpoint, so the save of this batch has not returned", b)
+	// A step the links declared before they were removed keeps its
+	// declaration (keepPointed, folderLinked), as when they name an
+	// earlier batch.
+	c.PointedBack = true
+	return true
 }
 
 // composerFolderLinked holds a sharded folder whose batch no rank's
@@ -128,13 +159,21 @@ func (l *composerLayout) Steps(t *Tree) []Candidate {
 // the DCP save and its barriers (testdata/saveorders/composer-sharded.trace,
 // CheckpointSaver._save_checkpoint), and autoresume takes the batch from
 // it; until then the save has not returned. A rolled-back run pointing
-// the links back is a pointer moving back (PointedBack), as for files.
-// Without any link (the first save, or latest_filename=None) .metadata
-// alone decides.
-func composerFolderLinked(c *Candidate, latest map[int]latestLink) {
+// the links back is a pointer moving back (PointedBack), as for files;
+// so are links all removed by the next save (composerUnlinked). The
+// watcher checks the links against what it saw (Candidate.Linked,
+// declare.go's folderLinked). Without any link ever seen (the first
+// save, or latest_filename=None) .metadata alone decides.
+func composerFolderLinked(c *Candidate, latest map[int]latestLink, linked bool) {
+	if composerUnlinked(c, c.Step.Number, latest, linked) {
+		c.Linked = true
+		return
+	}
 	if !c.Finished || len(latest) == 0 {
 		return
 	}
+	// The watcher checks the links against what it saw (folderLinked).
+	c.Linked = true
 	var behind []string
 	for _, r := range slices.Sorted(maps.Keys(latest)) {
 		l := latest[r]
@@ -160,8 +199,9 @@ type latestLink struct {
 // (ranks save and repoint their links independently, so one can be a save
 // behind, with or without a file in b yet); a rank whose link names b or
 // later has finished its file. Links are built for the step's ranks.
-func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
+func composerSingle(c *Candidate, b int64, latest map[int]latestLink, linked bool) {
 	c.Finished = true
+	unlinked := composerUnlinked(c, b, latest, linked)
 	var behind []string
 	var ranks []int
 	for r := range latest {
@@ -184,9 +224,26 @@ func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
 	}
 	if len(behind) > 0 {
 		c.Held, c.PointedBack = strings.Join(behind, "; "), !c.Stale
-	} else if missing := linkedMissing(c, b, latest, ranks); missing != "" {
+	} else if missing := linkedMissing(c, b, latest, ranks); missing != "" && !unlinked {
 		c.Held = missing
 	}
+	done := composerLinks(c, b, latest)
+	switch {
+	case unlinked:
+		// Held until a link names it, unless the links declared it
+		// before they were removed (keepPointed): then the ranks are
+		// the writers its names give.
+		c.Proof = ProofRanks
+	case len(latest) > 0:
+		// A rank's link, repointed after its save, is its own marker.
+		c.Ranks, c.Proof = done, ProofRanks
+	}
+}
+
+// composerLinks builds the step's latest-rank links, one per rank file,
+// and returns the ranks whose live link names batch b or a later one and
+// was repointed after the rank's file.
+func composerLinks(c *Candidate, b int64, latest map[int]latestLink) []string {
 	done := []string{}
 	for _, f := range c.Step.Files {
 		if f.Rank == nil {
@@ -200,10 +257,7 @@ func composerSingle(c *Candidate, b int64, latest map[int]latestLink) {
 			Target:  f.RelPath,
 		})
 	}
-	if len(latest) > 0 {
-		// A rank's link, repointed after its save, is its own marker.
-		c.Ranks, c.Proof = done, ProofRanks
-	}
+	return done
 }
 
 // linkedMissing returns why a rank's link names a file of batch b that

@@ -3,9 +3,11 @@ package detect
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -41,6 +43,9 @@ type declaration struct {
 func (w *Watcher) declared(c *Candidate) string {
 	w.keepDeclared(c)
 	if why := w.keepPointed(c); why != "" {
+		return why
+	}
+	if why := w.folderLinked(c); why != "" {
 		return why
 	}
 	if !c.Finished || c.Step.Marker == "" || c.ByTrainer {
@@ -262,6 +267,58 @@ func (w *Watcher) linkedWhileWatched(c *Candidate) string {
 		return fmt.Sprintf("%s %s and was not seen naming this batch after %s was written: the save of this batch was interrupted before its rank's link", p, what, f.RelPath)
 	}
 	return ""
+}
+
+// folderLinked applies what ferry saw of Composer's links to a sharded
+// folder (Candidate.Linked), as keepPointed and linkedWhileWatched do for
+// single files. A folder seen linked after its last write keeps that
+// declaration while the links name an earlier batch or are gone (a
+// rolled-back run, the next save between removing and relinking them).
+// Otherwise, rank 0 linking the folder after its .metadata, a folder
+// ferry saw written whose link now names a later batch was complete only
+// if it was never seen lagging behind it after the marker (it may have
+// been linked and moved on between two looks): a save killed after
+// .metadata and before the link, followed by the next save, is the
+// other case.
+func (w *Watcher) folderLinked(c *Candidate) string {
+	if !c.Linked || c.ByTrainer {
+		return ""
+	}
+	if c.PointedBack {
+		if w.seenLinked(c) {
+			c.Held, c.PointedBack = "", false
+		}
+		return ""
+	}
+	st := w.states[c.id()]
+	m, ok := w.tree.Get(c.Step.Marker)
+	if st == nil || !st.bornWatched || w.remote || !ok || w.seenLinked(c) {
+		return ""
+	}
+	for _, rel := range slices.Sorted(maps.Keys(w.looks)) {
+		if w.gapSince(rel, m.ModTime, c.Step.Number) {
+			return fmt.Sprintf("%s was seen missing or naming an earlier batch after %s was written, and no link was seen naming batch %d since: the save of this batch was interrupted before rank 0 linked it",
+				rel, c.Step.Marker, c.Step.Number)
+		}
+	}
+	return ""
+}
+
+// seenLinked reports whether a latest-rank link was seen naming c's batch
+// with a modification time no older than any file of c.
+func (w *Watcher) seenLinked(c *Candidate) bool {
+	var newest time.Time
+	for _, f := range c.Step.Files {
+		if f.ModTime.After(newest) {
+			newest = f.ModTime
+		}
+	}
+	for _, seen := range w.linked {
+		if at, ok := seen[c.Step.Number]; ok && !at.Before(newest) {
+			return true
+		}
+	}
+	return false
 }
 
 // noteLinks records when each of Composer's latest-rank links was seen

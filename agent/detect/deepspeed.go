@@ -12,6 +12,8 @@ import (
 // tag.
 //
 //   - Steps are folders "global_step{N}" in the root; N is the step.
+//     Lightning's DeepSpeedStrategy nests this layout one level down, a
+//     step per folder (dsnested.go).
 //   - Marker: the root's "latest" file, which rank 0 rewrites in place with
 //     the tag (no newline) after its own save, possibly before other ranks'
 //     ZeRO files are done. A step is finished when latest names it or a
@@ -41,6 +43,9 @@ type deepspeedLayout struct {
 	// implies may be other nodes' (dsrecord.go).
 	multiNode bool
 	records   recordCache[dsRead]
+	// pattern is Options.StepPattern: it reads the step of a nested
+	// save's folder (dsnested.go).
+	pattern *regexp.Regexp
 }
 
 var deepspeedDir = regexp.MustCompile(`^global_step(\d+)$`)
@@ -52,7 +57,7 @@ func (*deepspeedLayout) Name() string { return "deepspeed" }
 func (*deepspeedLayout) stepFolder(name string) bool { return deepspeedDir.MatchString(name) }
 
 func (*deepspeedLayout) Recognize(t *Tree) bool {
-	if len(numberedDirs(t, deepspeedDir)) > 0 {
+	if len(numberedDirs(t, deepspeedDir)) > 0 || recognizeNested(t) {
 		return true
 	}
 	_, ok := pointerStep(t, deepspeedLatest, deepspeedDir)
@@ -75,7 +80,7 @@ func (l *deepspeedLayout) Steps(t *Tree) []Candidate {
 		c.Step.Generated = []Generated{{RelPath: deepspeedLatest, Data: []byte(root)}}
 		out = append(out, c)
 	}
-	return out
+	return append(out, l.nestedSteps(t)...)
 }
 
 func (*deepspeedLayout) pointer() (string, func([]byte) (int64, bool)) {

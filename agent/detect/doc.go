@@ -22,7 +22,9 @@
 //     its files' last write when ferry saw it being written (declare.go);
 //   - nothing holds it back: a DeepSpeed rank with model states but no
 //     optimizer states yet, a Composer rank whose latest link names an
-//     earlier batch, a step folder that is a symbolic link;
+//     earlier batch (or no link at all in a folder whose checkpoints
+//     were seen linked: Options.Linked), a step folder that is a
+//     symbolic link;
 //   - the step is what the framework recorded: every file DCP's .metadata
 //     names, at its size (dcprecord.go; also Megatron's torch_dist and
 //     Composer's sharded folders), every shard a Hugging Face index
@@ -80,7 +82,9 @@
 //
 // # Pointer files
 //
-// DeepSpeed's "latest", Megatron's "latest_checkpointed_iteration.txt" and
+// DeepSpeed's "latest" (except in a Lightning DeepSpeedStrategy folder,
+// whose own latest names only its tag folder and is uploaded with it:
+// dsnested.go), Megatron's "latest_checkpointed_iteration.txt" and
 // Composer's "latest-rank{R}.pt" links tell a restarted trainer where to
 // resume. They are rewritten in place at every save, so the live file may
 // already name a newer step than the one being reported. A step therefore

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -29,14 +30,21 @@ type engine struct {
 	openCheck func(abs string) error
 	// torn caches tornReason's verdicts (selfcheck.go).
 	torn tornCache
+	// linksSeen is set once Composer's latest-rank links were seen (or
+	// Options.Linked said so): the composer layout sets it, the agent
+	// reads it (Watcher.Linked) to remember it across restarts.
+	linksSeen *atomic.Bool
 }
 
 func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
-	l, err := newLayout(&opts)
+	linked := new(atomic.Bool)
+	linked.Store(opts.Linked)
+	l, err := newLayout(&opts, linked)
 	if err != nil {
 		return nil, err
 	}
 	return &engine{
+		linksSeen: linked,
 		opts:      opts,
 		log:       opts.Logger,
 		layout:    l,

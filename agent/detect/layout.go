@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -73,6 +74,13 @@ type Candidate struct {
 	// rolled-back run): a step the pointers declared complete before,
 	// with the same files, stays complete (declare.go).
 	PointedBack bool
+	// Linked is set when Composer's latest-rank links vouch for the step
+	// beside its marker (a sharded folder of a linked save folder): the
+	// watcher keeps a folder it saw linked after its last write complete
+	// while the links are gone or name an earlier batch, and holds one it
+	// saw written whose links lagged behind it after its marker and never
+	// named it (folderLinked).
+	Linked bool
 	// ByTrainer is set when the trainer declared the step complete
 	// (Watcher.Declare): only its files' closes, temporary names and
 	// formats still count.
@@ -105,14 +113,14 @@ func LayoutNames() []string {
 // more general one that would also match (Composer's and Megatron's
 // sharded folders also look like DCP folders; any checkpoint file in the
 // root looks like the single layout, tried last).
-func newLayout(opts *Options) (Layout, error) {
+func newLayout(opts *Options, linked *atomic.Bool) (Layout, error) {
 	pattern, err := compileStepPattern(opts.StepPattern)
 	if err != nil {
 		return nil, err
 	}
 	log := opts.Logger
 	specific := func() []Layout {
-		return []Layout{&composerLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &deepspeedLayout{log: log, multiNode: opts.Nodes > 1}, &megatronLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &hfLayout{log: log}, &dcpLayout{pattern: pattern, dcpRecords: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &singleLayout{log: log}}
+		return []Layout{&composerLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}, linked: linked}, &deepspeedLayout{log: log, multiNode: opts.Nodes > 1, pattern: pattern}, &megatronLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &hfLayout{log: log}, &dcpLayout{pattern: pattern, dcpRecords: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &singleLayout{log: log}}
 	}
 	switch opts.Layout {
 	case "auto":

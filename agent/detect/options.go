@@ -39,7 +39,8 @@ type Options struct {
 	// a name: its first capturing group, or the whole match, must be
 	// decimal digits. It is applied to the names of entries in the root by
 	// the flat layout (entries that do not match are ignored) and to folder
-	// names by the dcp layout (instead of the folder's trailing digits).
+	// names by the dcp layout (instead of the folder's trailing digits) and
+	// the deepspeed layout (a Lightning DeepSpeedStrategy folder: dsnested.go).
 	StepPattern string
 	// ExpectedRanks, when positive, holds a step back until files of at
 	// least that many distinct ranks are present. 0 means unknown: rely on
@@ -53,6 +54,12 @@ type Options struct {
 	// detect steps, and a pause of more than Settle inside a save makes a
 	// step look complete too early.
 	NoMarker bool
+	// Linked says that Composer's latest-rank links were seen in this
+	// watch dir before (the agent keeps Watcher.Linked in its journal):
+	// its checkpoints are linked, so a Composer step no link names is
+	// not complete, even while a save has removed every link to
+	// repoint it. Without it the first link seen says so.
+	Linked bool
 	// Nodes is the number of nodes of the job (0 or 1: this node holds
 	// the whole step). A framework's record (DCP's .metadata) names every
 	// node's files: with several nodes a file it names that is not here

@@ -167,6 +167,8 @@ func stuckHint(c *Candidate, why string) string {
 		return "the framework writes the marker last: if the save was interrupted the step is torn and is not committed; on a node that never holds global rank 0, see docs/many-nodes.md (--no-marker with --expected-ranks)"
 	case strings.HasPrefix(why, "step folder "):
 		return "ferry does not follow links: watch the link's target, or save into the watched directory"
+	case strings.HasPrefix(why, "no latest-rank link"):
+		return "Composer removes its links and then links the new checkpoint: if the save was killed between the two, the batch is not committed and the trainer's next complete save is; if the trainer no longer links its checkpoints (save_latest_filename=None), see docs/agent.md (Composer)"
 	case strings.Contains(why, "latest-rank"):
 		return "a rank's latest link names an earlier batch: remove the link of a rank that no longer saves"
 	case strings.HasPrefix(why, "file ") && strings.Contains(why, "cut short"):

@@ -109,6 +109,13 @@ func (w *Watcher) LastLoop() time.Time {
 // directory succeeded. Safe to call at any time.
 func (w *Watcher) Watching() bool { return w.watching.Load() }
 
+// Linked reports whether Composer's latest-rank links were seen in the
+// watch dir (or Options.Linked said so): a caller that keeps it and
+// passes it back as Options.Linked after a restart keeps a save that
+// removed every link, and was killed before it linked the new
+// checkpoint, from being committed. Safe to call at any time.
+func (w *Watcher) Linked() bool { return w.linksSeen.Load() }
+
 // New checks the options and returns a Watcher. The directory need not
 // exist yet; Run and Scan fail if it does not.
 func New(opts Options) (*Watcher, error) {

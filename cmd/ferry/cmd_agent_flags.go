@@ -44,7 +44,7 @@ func agentFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "rescan-interval", Value: detect.DefaultRescan, EnvVars: []string{"FERRY_RESCAN_INTERVAL"}, Usage: "full rescan interval (events are the main signal)"},
 		&cli.BoolFlag{Name: "poll", EnvVars: []string{"FERRY_POLL"}, Usage: "poll instead of inotify (NFS, Lustre, FUSE)"},
 		&cli.DurationFlag{Name: "poll-interval", Value: detect.DefaultPollInterval, EnvVars: []string{"FERRY_POLL_INTERVAL"}, Usage: "rescan interval with --poll"},
-		&cli.StringFlag{Name: "step-pattern", EnvVars: []string{"FERRY_STEP_PATTERN"}, Usage: "`REGEX` reading the step from a name (flat and dcp layouts; default: the layout's own names)"},
+		&cli.StringFlag{Name: "step-pattern", EnvVars: []string{"FERRY_STEP_PATTERN"}, Usage: "`REGEX` reading the step from a name (flat and dcp layouts, and the folders of Lightning's DeepSpeed strategy; default: the layout's own names)"},
 		&cli.IntFlag{Name: "expected-ranks", EnvVars: []string{"FERRY_EXPECTED_RANKS"}, Usage: "ranks of this node that write files (ranks in names, else ZeRO (dp, mp) pairs or Megatron mp_rank folders); a step waits for all of them, and with them can complete when its files are closed (0: unknown, the settle window decides)"},
 		&cli.BoolFlag{Name: "no-marker", EnvVars: []string{"FERRY_NO_MARKER"}, Usage: "ignore the layout's completion marker and trust --settle alone; on nodes other than 0 of a multi-node job with the dcp, deepspeed, megatron, hf or composer layout this is the default (--no-marker=false: every node sees the marker)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: agent.DefaultDrainTimeout, EnvVars: []string{"FERRY_DRAIN_TIMEOUT"}, Usage: "on SIGTERM, keep uploading found steps this long"},
