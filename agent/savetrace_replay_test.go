@@ -292,8 +292,6 @@ func (s traceSchedule) play(f *fz, r *traceRun, l fuzzLayout) {
 var openFindings = map[string]string{
 	// Failing schedules of FERRY_TRACE_MODE=all, gaps 0 and 2 s, one node,
 	// the job restarted to save the next step (deepspeed-zero3: the same).
-	"nemo2": "a NeMo step is proven by the settle window (context/ lies outside the DCP folder); " +
-		"with saves 0.5 s apart the rotation deletes default--step=N before it settles and the -last copy is committed alone (38 schedules)",
 	"lightning-deepspeed": "no layout reads Lightning's DeepSpeed .ckpt folder (latest inside it names the tag 'checkpoint'): " +
 		"under flat the settle window commits a save killed halfway (10)",
 	"composer-sharded": "killed after its ranks removed their latest links and before rank 0 links the new folder, " +

@@ -29,10 +29,14 @@ type engine struct {
 	openCheck func(abs string) error
 	// torn caches tornReason's verdicts (selfcheck.go).
 	torn tornCache
+	// nemo is what was seen of NeMo's markers, shared with the dcp
+	// layout: the watch loop records them at their events (nemo.go).
+	nemo *nemoSaves
 }
 
 func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
-	l, err := newLayout(&opts)
+	nemo := &nemoSaves{}
+	l, err := newLayout(&opts, nemo)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +44,7 @@ func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
 		opts:      opts,
 		log:       opts.Logger,
 		layout:    l,
+		nemo:      nemo,
 		tree:      newTree(opts.Dir),
 		warned:    map[string]bool{},
 		openCheck: openCheck,
