@@ -31,15 +31,19 @@ import (
 //     (a save into a folder that already holds a .metadata waits for the
 //     new one). Read as DCP's record (dcprecord.go), it is also the
 //     specification: every file it names must be here at the size its
-//     last item ends at, and only those files must be older than it. NeMo's
-//     "<name>-unfinished" beside the folder holds the step; files outside
-//     the DCP folders leave the proof to the settle window.
+//     last item ends at, and only those files must be older than it.
+//     Files outside the DCP folders leave the proof to the settle window,
+//     except in a NeMo step: NeMo's "<name>-unfinished" beside either
+//     folder holds the step, and its removal, seen by ferry after every
+//     write, proves the folder (nemo.go).
 //   - Files: everything in the folder. Ranks by RankOf: "__{R}_{n}.distcp"
 //     gives R; ".metadata" is shared.
 //   - Pointer: none; DCP has no "latest" convention.
 type dcpLayout struct {
 	pattern *regexp.Regexp
 	warned  map[string]bool
+	// nemo is what was seen of NeMo's "-unfinished" markers (nemo.go).
+	nemo *nemoSaves
 	dcpRecords
 }
 
@@ -130,23 +134,46 @@ func (l *dcpLayout) Steps(t *Tree) []Candidate {
 			l.warnOnce(e.Path)
 			continue
 		}
-		c := folderStep(t, e.Path, n)
-		c.Finished, c.Proof = true, provenBy(c, folders)
-		if strings.HasSuffix(e.Name(), lightningSuffix) {
-			// Lightning writes rank 0's meta.pt after dcp.save returns:
-			// a marker vouches for the folder only once the settle
-			// window shows nothing more is coming.
-			c.Proof = ProofNone
-		}
-		for _, d := range folders {
-			l.requireMetadata(t, &c, d)
-		}
-		requireNeMoFinished(t, &c, e.Path)
-		byStep[n] = append(byStep[n], c)
+		byStep[n] = append(byStep[n], l.folder(t, e.Path, n, folders))
 	}
 	var out []Candidate
 	for _, cs := range byStep {
-		out = append(out, mergeNeMoLast(cs)...)
+		out = append(out, l.merge(cs)...)
+	}
+	l.nemo.forget(t)
+	return out
+}
+
+// folder is the candidate of one step folder holding the DCP folders
+// given.
+func (l *dcpLayout) folder(t *Tree, root string, n int64, folders []string) Candidate {
+	c := folderStep(t, root, n)
+	c.Finished, c.Proof = true, provenBy(c, folders)
+	if strings.HasSuffix(root, lightningSuffix) {
+		// Lightning writes rank 0's meta.pt after dcp.save returns:
+		// a marker vouches for the folder only once the settle
+		// window shows nothing more is coming.
+		c.Proof = ProofNone
+	}
+	for _, d := range folders {
+		l.requireMetadata(t, &c, d)
+	}
+	l.nemo.apply(t, &c, root, !l.multiNode)
+	return c
+}
+
+// merge makes the folders claiming one step one candidate where they are
+// NeMo's pair, and applies NeMo's rule for the whole step (nemo.go).
+func (l *dcpLayout) merge(cs []Candidate) []Candidate {
+	roots := make([]string, 0, len(cs))
+	nemo := false
+	for _, c := range cs {
+		roots = append(roots, c.Step.Root)
+		nemo = nemo || isNeMoFolder(c.Step.Root)
+	}
+	out := mergeNeMoLast(cs)
+	if nemo && len(out) == 1 {
+		l.nemo.keepStep(&out[0], roots)
 	}
 	return out
 }
@@ -175,7 +202,8 @@ func (l *dcpLayout) requireMetadata(t *Tree, c *Candidate, dir string) {
 // marker, checked by requireMetadata); the settle window when files lie
 // elsewhere in the step (NeMo 2's context/ beside weights/, OLMo's train
 // state beside model_and_optim/), which no marker vouches for and which
-// the trainer may write after the last .metadata.
+// the trainer may write after the last .metadata (NeMo's own marker may
+// prove such a step: nemo.go).
 func provenBy(c Candidate, folders []string) Proof {
 	in := make(map[string]bool, len(folders))
 	for _, d := range folders {
@@ -187,48 +215,6 @@ func provenBy(c Candidate, folders []string) Proof {
 		}
 	}
 	return ProofMarker
-}
-
-// requireNeMoFinished holds a step whose NeMo "-unfinished" marker is
-// present beside its folder: the save is still running, or was cut off.
-func requireNeMoFinished(t *Tree, c *Candidate, folder string) {
-	marker := strings.TrimSuffix(folder, nemoEMA) + nemoUnfinished
-	if _, ok := t.Get(marker); ok && c.Finished {
-		c.Finished, c.Waiting = false, "marker: "+marker+" says NeMo's save of "+folder+" is not finished"
-	}
-}
-
-// mergeNeMoLast makes NeMo's "<name>-last" copy and "<name>" one step
-// (restoring gives both folders, so the trainer finds the one it resumes
-// from); any other group of folders claiming one step is left as it is,
-// for the engine to skip with a warning.
-func mergeNeMoLast(cs []Candidate) []Candidate {
-	if len(cs) != 2 {
-		return cs
-	}
-	a, b := cs[0], cs[1]
-	if a.Step.Root+nemoLast != b.Step.Root {
-		a, b = b, a
-	}
-	if a.Step.Root+nemoLast != b.Step.Root {
-		return cs
-	}
-	m := a
-	m.Step.Root = ""
-	m.Step.Files = append(append([]File(nil), a.Step.Files...), b.Step.Files...)
-	m.Step.Symlinks = append(append([]Symlink(nil), a.Step.Symlinks...), b.Step.Symlinks...)
-	m.Temps = append(append([]string(nil), a.Temps...), b.Temps...)
-	m.Errs = append(append([]error(nil), a.Errs...), b.Errs...)
-	m.Step.Expect = append(append([]Expected(nil), a.Step.Expect...), b.Step.Expect...)
-	sortExpected(m.Step.Expect)
-	m.Finished = a.Finished && b.Finished
-	m.Stale = a.Stale || b.Stale
-	m.Disagrees = a.Disagrees || b.Disagrees
-	if m.Waiting == "" {
-		m.Waiting = b.Waiting
-	}
-	sortStep(&m.Step)
-	return []Candidate{m}
 }
 
 func (l *dcpLayout) number(name string) (int64, bool) {

@@ -41,6 +41,9 @@ type declaration struct {
 // its marker declared, or "". It records a declaration when the marker is
 // new or rewritten and names the step.
 func (w *Watcher) declared(c *Candidate) string {
+	if c.Cut != "" {
+		return c.Cut
+	}
 	w.keepDeclared(c)
 	if why := w.keepPointed(c); why != "" {
 		return why

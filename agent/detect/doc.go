@@ -24,7 +24,9 @@
 //     optimizer states yet, a Composer rank whose latest link names an
 //     earlier batch (or no link at all in a folder whose checkpoints
 //     were seen linked: Options.Linked), a step folder that is a
-//     symbolic link;
+//     symbolic link, a NeMo step with an "-unfinished" marker beside
+//     either folder or with a folder removed since it was finished
+//     (nemo.go);
 //   - the step is what the framework recorded: every file DCP's .metadata
 //     names, at its size (dcprecord.go; also Megatron's torch_dist and
 //     Composer's sharded folders), every shard a Hugging Face index
@@ -43,7 +45,8 @@
 //     every file, and the set of files, have been observed unchanged for
 //     [Options.Settle], and no fsnotify event touched any of them in that
 //     window; or, only where the evidence proves the file set final
-//     (ProofMarker: a marker written after every rank finished; ProofRanks
+//     (ProofMarker: a marker written after every rank finished, or NeMo's
+//     "-unfinished" marker seen removed after every write; ProofRanks
 //     with ExpectedRanks: the marker and each expected rank's last file),
 //     close-write detection: every file was closed by its writer, is
 //     unchanged since, and no process holds it open for writing;

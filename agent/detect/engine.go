@@ -34,12 +34,16 @@ type engine struct {
 	// Options.Linked said so): the composer layout sets it, the agent
 	// reads it (Watcher.Linked) to remember it across restarts.
 	linksSeen *atomic.Bool
+	// nemo is what was seen of NeMo's markers, shared with the dcp
+	// layout: the watch loop records them at their events (nemo.go).
+	nemo *nemoSaves
 }
 
 func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
 	linked := new(atomic.Bool)
 	linked.Store(opts.Linked)
-	l, err := newLayout(&opts, linked)
+	nemo := &nemoSaves{}
+	l, err := newLayout(&opts, linked, nemo)
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +52,7 @@ func newEngine(opts Options, openCheck func(string) error) (*engine, error) {
 		opts:      opts,
 		log:       opts.Logger,
 		layout:    l,
+		nemo:      nemo,
 		tree:      newTree(opts.Dir),
 		warned:    map[string]bool{},
 		openCheck: openCheck,

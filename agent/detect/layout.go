@@ -85,6 +85,12 @@ type Candidate struct {
 	// (Watcher.Declare): only its files' closes, temporary names and
 	// formats still count.
 	ByTrainer bool
+	// Cut, when set, says why the step is not the one its framework
+	// finished any more: a folder of it removed since, or being removed
+	// (NeMo's rotation, nemo.go). It holds the step as a declared file
+	// deleted does (declare.go): never committed, and reported Lost
+	// should the rest go before it was reported.
+	Cut string
 	// Covers, when set, says which files the marker vouches for (nil:
 	// every file); set with Step.Marker.
 	Covers func(File) bool
@@ -108,19 +114,20 @@ func LayoutNames() []string {
 	return []string{"auto", "composer", "dcp", "deepspeed", "megatron", "hf", "single", "flat"}
 }
 
-// newLayout builds the layout opts names. The auto layout tries the
+// newLayout builds the layout opts names; the dcp layout records NeMo's
+// markers in nemo. The auto layout tries the
 // specific layouts in an order where a more specific one comes before a
 // more general one that would also match (Composer's and Megatron's
 // sharded folders also look like DCP folders; any checkpoint file in the
 // root looks like the single layout, tried last).
-func newLayout(opts *Options, linked *atomic.Bool) (Layout, error) {
+func newLayout(opts *Options, linked *atomic.Bool, nemo *nemoSaves) (Layout, error) {
 	pattern, err := compileStepPattern(opts.StepPattern)
 	if err != nil {
 		return nil, err
 	}
 	log := opts.Logger
 	specific := func() []Layout {
-		return []Layout{&composerLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}, linked: linked}, &deepspeedLayout{log: log, multiNode: opts.Nodes > 1, pattern: pattern}, &megatronLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &hfLayout{log: log}, &dcpLayout{pattern: pattern, dcpRecords: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &singleLayout{log: log}}
+		return []Layout{&composerLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}, linked: linked}, &deepspeedLayout{log: log, multiNode: opts.Nodes > 1, pattern: pattern}, &megatronLayout{rec: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &hfLayout{log: log}, &dcpLayout{pattern: pattern, nemo: nemo, dcpRecords: dcpRecords{log: log, multiNode: opts.Nodes > 1}}, &singleLayout{log: log}}
 	}
 	switch opts.Layout {
 	case "auto":

@@ -28,7 +28,8 @@ const (
 	ProofNone Proof = iota
 	// ProofMarker: the marker is written by the framework's coordinator
 	// after every rank finished (DCP's and Composer's sharded .metadata,
-	// Megatron's tracker seen changing to name the step).
+	// Megatron's tracker seen changing to name the step), or removed by
+	// it then (NeMo's "-unfinished", seen removed after every write).
 	ProofMarker
 	// ProofRanks: the marker plus each rank's own last file prove the set
 	// final once Options.ExpectedRanks ranks are accounted for (DeepSpeed,
@@ -155,6 +156,8 @@ func (e *engine) warnStuck(c *Candidate, why string) {
 // stuckHint says what the operator can do about a reason a step waits.
 func stuckHint(c *Candidate, why string) string {
 	switch {
+	case c.Cut != "":
+		return "NeMo removed (or is removing) a folder of the step after it was finished, or killed its -last save and rotated it away: what is left is not committed; a version committed before stays in the bucket, and the trainer's next save is committed as usual"
 	case c.Stale:
 		return "its files changed after the framework declared it complete; if the save was interrupted this version is torn and is not committed: the trainer's next complete save replaces it, and the bucket keeps the last complete version"
 	case strings.HasPrefix(why, "files of "):

@@ -294,6 +294,7 @@ func (l *loop) event(ev fsnotify.Event) {
 	if !strings.Contains(rel, "/") {
 		l.w.notePointer() // cheap: one small read, root events only
 		l.w.noteLink(rel)
+		l.w.noteNeMoMarker(rel, ev)
 	}
 	if ev.Has(fsnotify.Create) {
 		l.created[rel] = true
