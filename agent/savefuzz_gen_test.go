@@ -115,12 +115,7 @@ func (f *fz) content(rel string, size int) []byte {
 		return append(append(out, header...), raw...)
 	case strings.HasSuffix(rel, ".pt"), strings.HasSuffix(rel, ".pth"), strings.HasSuffix(rel, ".tar"), strings.HasSuffix(rel, ".ckpt"),
 		f.torchSave != nil && f.torchSave(rel):
-		var buf bytes.Buffer
-		z := zip.NewWriter(&buf)
-		w, _ := z.CreateHeader(&zip.FileHeader{Name: "archive/data/0", Method: zip.Store})
-		_, _ = w.Write(raw)
-		_ = z.Close()
-		return buf.Bytes()
+		return storedZip(zipMember{"archive/data/0", raw})
 	}
 	return raw
 }
@@ -150,12 +145,21 @@ func dsRecordPickle(dp, mp int) []byte {
 // torchSaveArchive lays out a torch.save zip archive: the pickle as
 // archive/data.pkl and the storage bytes as archive/data/0.
 func torchSaveArchive(pkl, storage []byte) []byte {
+	return storedZip(zipMember{"archive/data.pkl", pkl}, zipMember{"archive/data/0", storage}, zipMember{"archive/version", []byte("3\n")})
+}
+
+// zipMember is one member of storedZip's archive.
+type zipMember struct {
+	name string
+	data []byte
+}
+
+// storedZip is a zip archive of members, stored uncompressed as
+// torch.save stores them.
+func storedZip(members ...zipMember) []byte {
 	var buf bytes.Buffer
 	z := zip.NewWriter(&buf)
-	for _, m := range []struct {
-		name string
-		data []byte
-	}{{"archive/data.pkl", pkl}, {"archive/data/0", storage}, {"archive/version", []byte("3\n")}} {
+	for _, m := range members {
 		w, _ := z.CreateHeader(&zip.FileHeader{Name: m.name, Method: zip.Store})
 		_, _ = w.Write(m.data)
 	}

@@ -172,7 +172,6 @@ func composerFolderLinked(c *Candidate, latest map[int]latestLink, linked bool) 
 	if !c.Finished || len(latest) == 0 {
 		return
 	}
-	// The watcher checks the links against what it saw (folderLinked).
 	c.Linked = true
 	var behind []string
 	for _, r := range slices.Sorted(maps.Keys(latest)) {

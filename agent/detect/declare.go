@@ -310,14 +310,9 @@ func (w *Watcher) folderLinked(c *Candidate) string {
 // seenLinked reports whether a latest-rank link was seen naming c's batch
 // with a modification time no older than any file of c.
 func (w *Watcher) seenLinked(c *Candidate) bool {
-	var newest time.Time
-	for _, f := range c.Step.Files {
-		if f.ModTime.After(newest) {
-			newest = f.ModTime
-		}
-	}
+	newest := newestModTime(&c.Step)
 	for _, seen := range w.linked {
-		if at, ok := seen[c.Step.Number]; ok && !at.Before(newest) {
+		if at, ok := seen[c.Step.Number]; ok && at.UnixNano() >= newest {
 			return true
 		}
 	}
